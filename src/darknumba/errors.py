@@ -1,0 +1,17 @@
+"""Errors a user can act on: each names the file, line, layer and what was expected."""
+
+
+class DarknumbaError(Exception):
+    """Base class: the CLI prints these as one clear message, without a traceback."""
+
+
+class CfgError(DarknumbaError):
+    """A .cfg file that Darknet would not accept (or would silently misread)."""
+
+
+class WeightsError(DarknumbaError):
+    """A .weights file that does not fit the network it is loaded into."""
+
+
+class DataError(DarknumbaError):
+    """An image, label or .data file that cannot be used."""

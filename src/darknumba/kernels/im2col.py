@@ -1,0 +1,56 @@
+"""im2col / col2im (Darknet's `im2col.c`, `col2im.c`) for one image.
+
+data_im:  channels x height x width
+data_col: (channels*ksize*ksize) x (height_col*width_col), row c = (c_im, ky, kx)
+"""
+from numba import njit, prange
+
+
+@njit(parallel=True, cache=True)
+def im2col_cpu(data_im, channels, height, width, ksize, stride, pad, data_col):
+    height_col = (height + 2 * pad - ksize) // stride + 1
+    width_col = (width + 2 * pad - ksize) // stride + 1
+    channels_col = channels * ksize * ksize
+    # one (row of the column matrix, output row) pair per iteration: each owns its writes
+    for ch in prange(channels_col * height_col):
+        c = ch // height_col
+        h = ch % height_col
+        w_offset = c % ksize
+        h_offset = (c // ksize) % ksize
+        c_im = c // ksize // ksize
+        im_row = h_offset + h * stride - pad
+        col_base = (c * height_col + h) * width_col
+        if im_row < 0 or im_row >= height:
+            for w in range(width_col):
+                data_col[col_base + w] = 0.0
+            continue
+        im_base = width * (im_row + height * c_im)
+        for w in range(width_col):
+            im_col = w_offset + w * stride - pad
+            if im_col < 0 or im_col >= width:
+                data_col[col_base + w] = 0.0
+            else:
+                data_col[col_base + w] = data_im[im_base + im_col]
+
+
+@njit(parallel=True, cache=True)
+def col2im_cpu(data_col, channels, height, width, ksize, stride, pad, data_im):
+    """Adjoint of im2col: *adds* each column entry back into its pixel of data_im.
+    Parallel over image channels, so each thread owns the pixels it adds into."""
+    height_col = (height + 2 * pad - ksize) // stride + 1
+    width_col = (width + 2 * pad - ksize) // stride + 1
+    for c_im in prange(channels):
+        for kk in range(ksize * ksize):
+            c = c_im * ksize * ksize + kk
+            w_offset = kk % ksize
+            h_offset = kk // ksize
+            for h in range(height_col):
+                im_row = h_offset + h * stride - pad
+                if im_row < 0 or im_row >= height:
+                    continue
+                col_base = (c * height_col + h) * width_col
+                im_base = width * (im_row + height * c_im)
+                for w in range(width_col):
+                    im_col = w_offset + w * stride - pad
+                    if im_col >= 0 and im_col < width:
+                        data_im[im_base + im_col] += data_col[col_base + w]

@@ -1,0 +1,109 @@
+"""What every layer class shares, and the conventions all of them keep.
+
+A layer mirrors Darknet's `layer` struct for its own type only:
+- Shape fields: ``batch, h, w, c`` (input), ``out_h, out_w, out_c``, ``inputs = h*w*c``,
+  ``outputs = out_h*out_w*out_c``.
+- ``output`` and ``delta``: flat float32 arrays of ``batch * outputs``, allocated once when the
+  layer is built (and again only by ``resize``). ``output.reshape(batch, out_c, out_h, out_w)``.
+- Darknet's sign convention: ``delta`` holds the *negative* gradient of the loss with respect to
+  ``output`` (for a loss layer, ``truth - prediction``), and updates *add* ``rate * updates``.
+- ``forward(net)`` reads ``net.input`` (the previous layer's output), ``net.train`` and
+  ``net.truth``; loss layers fill their ``delta`` and ``cost`` during forward.
+- ``backward(net)`` reads ``self.delta`` and adds this layer's input gradient into ``net.delta``
+  (the previous layer's delta) unless ``net.delta`` is None, which it is for layer 0.
+- ``update(a)`` applies one optimizer step (``a`` is an UpdateArgs) to layers with parameters.
+- ``weight_records()`` lists the parameter arrays in the order a .weights file stores them.
+Arithmetic over elements lives in ``darknumba.kernels``; layer classes only orchestrate.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import CfgError
+
+
+@dataclass
+class SizeParams:
+    """What a layer being built knows of its input (Darknet's `size_params`)."""
+    batch: int
+    h: int
+    w: int
+    c: int
+    inputs: int
+    index: int
+    net: object          # the Network being built: .layers so far, learning options
+    path: str = "<cfg>"
+
+
+@dataclass
+class UpdateArgs:
+    """Darknet's `update_args`: what `update_network` passes to every layer."""
+    batch: int            # the full cfg batch (net.batch * subdivisions)
+    learning_rate: float
+    momentum: float
+    decay: float
+    adam: bool = False
+    B1: float = 0.9
+    B2: float = 0.999
+    eps: float = 1e-7
+    t: int = 0
+
+
+def zeros(n: int) -> np.ndarray:
+    return np.zeros(int(n), dtype=np.float32)
+
+
+class Layer:
+    type = "none"
+    weight_records_order: tuple = ()
+    cost = None                   # loss layers: float, set in forward
+    dontload = False
+    dontsave = False
+    workspace_size = 0            # floats of the network's shared scratch buffer this layer needs
+
+    batch = h = w = c = 0
+    out_h = out_w = out_c = 0
+    inputs = outputs = 0
+
+    def _alloc_io(self):
+        self.output = zeros(self.batch * self.outputs)
+        self.delta = zeros(self.batch * self.outputs)
+
+    # -- the four verbs -------------------------------------------------------------
+    def forward(self, net):
+        raise NotImplementedError
+
+    def backward(self, net):
+        raise NotImplementedError(f"backward is not implemented for [{self.type}] layers")
+
+    def update(self, a: UpdateArgs):
+        return None
+
+    def resize(self, w: int, h: int):
+        raise NotImplementedError(f"[{self.type}] layers cannot be resized")
+
+    # -- weights and reporting ------------------------------------------------------
+    def weight_records(self) -> list[tuple[str, np.ndarray]]:
+        """(name, array) pairs in .weights file order; empty for layers without parameters."""
+        return []
+
+    @property
+    def bflops(self) -> float:
+        return 0.0
+
+    def describe(self) -> str:
+        """One row of Darknet's layer table (after the index column)."""
+        return f"{self.type:<10}{'':>32}{self.w:4d} x{self.h:4d} x{self.c:4d}   ->  " \
+               f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}"
+
+    def output_shape(self) -> tuple[int, int, int, int]:
+        return (self.batch, self.out_c, self.out_h, self.out_w)
+
+
+def require_image_input(section, params: SizeParams):
+    if not (params.h and params.w and params.c):
+        raise CfgError(f"{section.where()}: layer {params.index} needs an image input "
+                       f"(h x w x c), but the layer before it outputs a flat vector of "
+                       f"{params.inputs} values")

@@ -1,0 +1,74 @@
+"""[connected] (Darknet's `connected_layer.c`): output = input @ weights.T (+ batch norm or
+biases), then the activation. weights: outputs x inputs."""
+import numpy as np
+
+from ..kernels.fused import bias_activate
+from ..kernels.gemm import gemm
+from .base import Layer, zeros
+from .convolutional import forward_batchnorm, get_activation
+from ..kernels.activations import ACTIVATIONS
+
+
+class ConnectedLayer(Layer):
+    type = "connected"
+
+    def __init__(self, batch, inputs, outputs, activation, batch_normalize=False):
+        self.batch, self.inputs, self.outputs = batch, inputs, outputs
+        self.h = self.w = 1
+        self.c = inputs
+        self.out_h = self.out_w = 1
+        self.out_c = outputs
+        self.activation = activation
+        self.activation_id = ACTIVATIONS[activation]
+        self.batch_normalize = bool(batch_normalize)
+        self.nweights = inputs * outputs
+        self.nbiases = outputs
+        self.weights = zeros(self.nweights)
+        self.weight_updates = zeros(self.nweights)
+        self.biases = zeros(outputs)
+        self.bias_updates = zeros(outputs)
+        if self.batch_normalize:
+            self.scales = np.ones(outputs, dtype=np.float32)
+            self.scale_updates = zeros(outputs)
+            self.mean = zeros(outputs)
+            self.variance = zeros(outputs)
+            self.mean_delta = zeros(outputs)
+            self.variance_delta = zeros(outputs)
+            self.rolling_mean = zeros(outputs)
+            self.rolling_variance = zeros(outputs)
+            self.x = zeros(batch * outputs)
+            self.x_norm = zeros(batch * outputs)
+        self.learning_rate_scale = 1.0
+        self._alloc_io()
+
+    @classmethod
+    def from_cfg(cls, s, params):
+        outputs = s.find_int("output", 1)
+        if outputs < 1:
+            raise s.error("output", f"must be at least 1, found {outputs}")
+        act = get_activation(s)
+        return cls(params.batch, params.inputs, outputs, act, s.find_int("batch_normalize", 0))
+
+    def forward(self, net):
+        """forward_connected_layer"""
+        gemm(0, 1, self.batch, self.outputs, self.inputs, 1.0,
+             net.input[:self.batch * self.inputs], self.weights, 0.0, self.output)
+        if self.batch_normalize:
+            forward_batchnorm(self, net)
+        else:
+            bias_activate(self.output, self.biases, self.batch, self.outputs, 1, self.activation_id)
+
+    def weight_records(self):
+        # Darknet stores a connected layer's batch-norm arrays *after* its weights
+        recs = [("biases", self.biases), ("weights", self.weights)]
+        if self.batch_normalize:
+            recs += [("scales", self.scales), ("rolling_mean", self.rolling_mean),
+                     ("rolling_variance", self.rolling_variance)]
+        return recs
+
+    @property
+    def bflops(self):
+        return 2.0 * self.inputs * self.outputs / 1e9
+
+    def describe(self):
+        return f"connected                            {self.inputs:4d}  ->  {self.outputs:4d}"

@@ -1,0 +1,55 @@
+"""[maxpool] (Darknet's `maxpool_layer.c`). padding defaults to size-1, so size=2 stride=1
+keeps the input size (yolov3-tiny's layer 11)."""
+import numpy as np
+
+from ..kernels.pool import backward_maxpool_cpu, forward_maxpool_cpu
+from .base import Layer, require_image_input
+
+
+class MaxpoolLayer(Layer):
+    type = "maxpool"
+
+    def __init__(self, batch, h, w, c, size, stride, padding):
+        self.batch, self.h, self.w, self.c = batch, h, w, c
+        self.size, self.stride, self.pad = size, stride, padding
+        self._set_sizes()
+
+    def _set_sizes(self):
+        self.out_w = (self.w + self.pad - self.size) // self.stride + 1
+        self.out_h = (self.h + self.pad - self.size) // self.stride + 1
+        self.out_c = self.c
+        self.inputs = self.h * self.w * self.c
+        self.outputs = self.out_h * self.out_w * self.out_c
+        self._alloc_io()
+        self.indexes = np.zeros(self.batch * self.outputs, dtype=np.int32)
+
+    @classmethod
+    def from_cfg(cls, s, params):
+        stride = s.find_int("stride", 1)
+        size = s.find_int("size", stride)
+        padding = s.find_int("padding", size - 1)
+        require_image_input(s, params)
+        if size < 1 or stride < 1:
+            raise s.error("size" if size < 1 else "stride", "must be at least 1")
+        return cls(params.batch, params.h, params.w, params.c, size, stride, padding)
+
+    def resize(self, w, h):
+        self.w, self.h = w, h
+        self._set_sizes()
+
+    def forward(self, net):
+        """forward_maxpool_layer"""
+        forward_maxpool_cpu(net.input, self.batch, self.c, self.h, self.w, self.size, self.stride,
+                            self.pad, self.out_h, self.out_w, self.output, self.indexes)
+
+    def backward(self, net):
+        """backward_maxpool_layer: each output's delta goes to the input that won."""
+        if net.delta is None:
+            return
+        backward_maxpool_cpu(self.delta, self.indexes, self.batch * self.outputs, net.delta,
+                             self.batch, self.inputs, self.outputs)
+
+    def describe(self):
+        return (f"max          {self.size} x {self.size} / {self.stride}  "
+                f"{self.w:4d} x{self.h:4d} x{self.c:4d}   ->  "
+                f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}")

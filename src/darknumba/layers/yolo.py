@@ -1,0 +1,84 @@
+"""[yolo] (Darknet's `yolo_layer.c`). Per image the output is [anchor][4+1+classes][h][w];
+logistic is applied to x, y, objectness and classes only (w, h stay raw)."""
+import numpy as np
+
+from ..kernels.activations import LOGISTIC
+from ..kernels.yolo import activate_yolo_output
+from .base import Layer, require_image_input
+
+
+class YoloLayer(Layer):
+    type = "yolo"
+
+    def __init__(self, batch, w, h, n, total, mask, classes, anchors=None):
+        self.batch, self.w, self.h = batch, w, h
+        self.n, self.total, self.classes = n, total, classes
+        self.mask = np.asarray(mask if mask is not None else range(n), dtype=np.int32)
+        self.biases = np.full(total * 2, 0.5, dtype=np.float32)
+        if anchors is not None:
+            self.biases[:len(anchors)] = anchors
+        self.max_boxes = 90
+        self.truths = 90 * (4 + 1)
+        self.jitter = 0.2
+        self.ignore_thresh = 0.5
+        self.truth_thresh = 1.0
+        self.random = 0
+        self.cost = 0.0
+        self._set_sizes()
+
+    def _set_sizes(self):
+        self.c = self.out_c = self.n * (self.classes + 4 + 1)
+        self.out_w, self.out_h = self.w, self.h
+        self.outputs = self.inputs = self.h * self.w * self.c
+        self._alloc_io()
+
+    @classmethod
+    def from_cfg(cls, s, params):
+        require_image_input(s, params)
+        classes = s.find_int("classes", 20)
+        total = s.find_int("num", 1)
+        mask = s.find_list("mask", int, None)
+        n = len(mask) if mask else total
+        anchors = s.find_list("anchors", float, None)
+        if mask and any(m < 0 or m >= total for m in mask):
+            raise s.error("mask", f"mask {mask} names anchors outside 0..{total - 1} (num={total})")
+        if anchors is not None and len(anchors) < 2 * total:
+            raise s.error("anchors", f"num={total} needs {2 * total} anchor values, found {len(anchors)}")
+        expected = n * (classes + 5)
+        if params.c != expected:
+            raise s.error(None, f"the layer before this yolo layer has {params.c} filters, but "
+                                f"(classes+5)*len(mask) = ({classes}+5)*{n} = {expected} are needed")
+        l = cls(params.batch, params.w, params.h, n, total, mask, classes,
+                anchors[:2 * total] if anchors else None)
+        l.max_boxes = s.find_int("max", 90)
+        l.jitter = s.find_float("jitter", 0.2)
+        l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
+        l.truth_thresh = s.find_float("truth_thresh", 1.0)
+        l.random = s.find_int("random", 0)
+        if s.has("map"):
+            raise s.error("map", "class maps (map=) are not supported")
+        return l
+
+    def resize(self, w, h):
+        self.w, self.h = w, h
+        self._set_sizes()
+
+    def forward(self, net):
+        """forward_yolo_layer: activations, then (train mode with truth) the loss deltas."""
+        self.output[:] = net.input[:self.batch * self.outputs]
+        activate_yolo_output(self.output, self.batch, self.n, self.classes, self.w * self.h)
+        self.delta[:] = 0.0
+        if not net.train or net.truth is None:
+            return
+        self.forward_loss(net)
+
+    def forward_loss(self, net):
+        raise NotImplementedError("the yolo loss is not implemented yet")
+
+    def backward(self, net):
+        """backward_yolo_layer: the deltas are already w.r.t. the logits; add them unchanged."""
+        if net.delta is not None:
+            net.delta[:self.batch * self.inputs] += self.delta
+
+    def describe(self):
+        return "yolo"

@@ -1,0 +1,229 @@
+"""Network: the layer list and Darknet's generic loops (`network.c`): forward walks the layers
+with ``net.input = l.output``; backward walks back with ``net.input = prev.output`` and
+``net.delta = prev.delta``; update hands every layer the same UpdateArgs."""
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+
+from .errors import DarknumbaError
+from .layers.base import UpdateArgs
+
+POLICIES = ("constant", "step", "steps", "exp", "poly", "sig", "random")
+
+
+class Network:
+    def __init__(self):
+        self.layers = []
+        # [net] options, with Darknet's defaults (parse_net_options)
+        self.batch = 1                 # per datum: cfg batch / subdivisions * time_steps
+        self.subdivisions = 1
+        self.time_steps = 1
+        self.learning_rate = 0.001
+        self.momentum = 0.9
+        self.decay = 0.0001
+        self.adam = False
+        self.B1, self.B2, self.eps = 0.9, 0.999, 1e-7
+        self.h = self.w = self.c = 0
+        self.inputs = 0
+        self.policy = "constant"
+        self.burn_in = 0
+        self.power = 4.0
+        self.step = 1
+        self.scale = 1.0
+        self.steps: list[int] = []
+        self.scales: list[float] = []
+        self.gamma = 1.0
+        self.max_batches = 0
+        self.angle, self.aspect, self.saturation, self.exposure, self.hue = 0.0, 1.0, 1.0, 1.0, 0.0
+        self.random = 0
+        self.max_crop = self.min_crop = 0
+        self.seen = 0
+        self.t = 0
+        self.compat = None
+        self.cfg_path = None
+        # state of the pass under way (Darknet's `network` passed by value)
+        self.input = None
+        self.delta = None
+        self.truth = None
+        self.train = False
+        self.index = 0
+        self.workspace = np.zeros(1, dtype=np.float32)
+        self.cost = math.nan
+
+    # -- sizes -------------------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        return len(self.layers)
+
+    def output_layer(self):
+        """get_network_output_layer: the last layer that is not a [cost] layer."""
+        for l in reversed(self.layers):
+            if l.type != "cost":
+                return l
+        return self.layers[-1]
+
+    @property
+    def outputs(self) -> int:
+        return self.output_layer().outputs
+
+    @property
+    def truths(self) -> int:
+        last = self.layers[-1]
+        return getattr(last, "truths", 0) or self.output_layer().outputs
+
+    def alloc_workspace(self):
+        size = max([l.workspace_size for l in self.layers] + [1])
+        if self.workspace.size < size:
+            self.workspace = np.zeros(size, dtype=np.float32)
+
+    # -- input checks ------------------------------------------------------------------------
+    def _as_input(self, x) -> np.ndarray:
+        x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+        expected = self.batch * self.inputs
+        if x.size != expected:
+            raise DarknumbaError(
+                f"network input has {x.size} values, expected batch x c x h x w = "
+                f"{self.batch} x {self.c} x {self.h} x {self.w} = {expected}"
+                + ("" if x.size % self.inputs else
+                   f" (got {x.size // self.inputs} images: load the network with batch="
+                   f"{x.size // self.inputs})"))
+        return x
+
+    def _as_truth(self, truth) -> np.ndarray | None:
+        if truth is None:
+            return None
+        t = np.ascontiguousarray(truth, dtype=np.float32).reshape(-1)
+        expected = self.batch * self.truths
+        if t.size != expected:
+            raise DarknumbaError(f"truth has {t.size} values, expected batch x truths = "
+                                 f"{self.batch} x {self.truths} = {expected}")
+        return t
+
+    # -- the verbs ---------------------------------------------------------------------------
+    def forward(self, x, train: bool = False, truth=None) -> np.ndarray:
+        """forward_network: fills every layer's output; returns the output layer's output."""
+        self.input = self._as_input(x)
+        self.truth = self._as_truth(truth)
+        self.train = bool(train)
+        self._input0 = self.input
+        for i, l in enumerate(self.layers):
+            self.index = i
+            if self.train:
+                l.delta.fill(0.0)
+            l.forward(self)
+            self.input = l.output
+        costs = [l.cost for l in self.layers if l.cost is not None]
+        self.cost = float(np.float32(sum(costs) / len(costs))) if costs and self.truth is not None \
+            else math.nan
+        return self.output_layer().output
+
+    def predict(self, x) -> np.ndarray:
+        """network_predict: test-mode forward; a copy of the output layer's output, shaped
+        (batch, out_c, out_h, out_w) for image outputs, else (batch, outputs)."""
+        out = self.forward(x, train=False)
+        l = self.output_layer()
+        if l.out_c and l.out_h and l.out_w and l.out_c * l.out_h * l.out_w == l.outputs:
+            return out.reshape(l.batch, l.out_c, l.out_h, l.out_w).copy()
+        return out.reshape(l.batch, l.outputs).copy()
+
+    def backward(self):
+        """backward_network: layer 0 gets net.delta = None (no input gradient)."""
+        for i in range(self.n - 1, -1, -1):
+            l = self.layers[i]
+            if getattr(l, "stopbackward", 0):
+                break
+            if i == 0:
+                self.input, self.delta = self._input0, None
+            else:
+                prev = self.layers[i - 1]
+                self.input, self.delta = prev.output, prev.delta
+            self.index = i
+            l.backward(self)
+
+    def update(self):
+        """update_network"""
+        self.t += 1
+        a = UpdateArgs(batch=self.batch * self.subdivisions, learning_rate=self.current_rate(),
+                       momentum=self.momentum, decay=self.decay, adam=self.adam,
+                       B1=self.B1, B2=self.B2, eps=self.eps, t=self.t)
+        for l in self.layers:
+            l.update(a)
+
+    def train_datum(self, x, truth) -> float:
+        """train_network_datum: seen += batch first; forward (train), backward; update only
+        when (seen / batch) % subdivisions == 0. Returns the mean cost of the loss layers."""
+        self.seen += self.batch
+        self.forward(x, train=True, truth=truth)
+        self.backward()
+        err = self.cost
+        if (self.seen // self.batch) % self.subdivisions == 0:
+            self.update()
+        return err
+
+    # -- learning rate -----------------------------------------------------------------------
+    def current_batch(self) -> int:
+        return self.seen // (self.batch * self.subdivisions)
+
+    def current_rate(self) -> float:
+        """get_current_rate, in float32 as Darknet computes it."""
+        f32 = np.float32
+        b = self.current_batch()
+        lr = f32(self.learning_rate)
+        if b < self.burn_in:
+            return float(f32(lr * math.pow(f32(b) / f32(self.burn_in), f32(self.power))))
+        p = self.policy
+        if p == "constant":
+            return float(lr)
+        if p == "step":
+            return float(f32(lr * math.pow(f32(self.scale), b // self.step)))
+        if p == "steps":
+            rate = lr
+            for s, sc in zip(self.steps, self.scales):
+                if s > b:
+                    break
+                rate = f32(rate * f32(sc))
+            return float(rate)
+        if p == "exp":
+            return float(f32(lr * math.pow(f32(self.gamma), b)))
+        if p == "poly":
+            return float(f32(lr * math.pow(f32(1) - f32(b) / f32(self.max_batches), f32(self.power))))
+        if p == "random":
+            return float(f32(lr * math.pow(random.random(), f32(self.power))))
+        if p == "sig":
+            return float(f32(lr * (1.0 / (1.0 + math.exp(f32(self.gamma) * (b - self.step))))))
+        return float(lr)
+
+    # -- shape changes -----------------------------------------------------------------------
+    def resize(self, w: int, h: int):
+        """resize_network: new input size, every layer's buffers reallocated to fit."""
+        self.w, self.h = w, h
+        c = self.c
+        for l in self.layers:
+            if l.type == "route":
+                l.resize_from(self.layers)
+            elif l.type == "shortcut":
+                l.resize_from(self.layers, w, h)
+            elif l.type in ("dropout",):
+                prev = self.layers[self.layers.index(l) - 1]
+                l.output, l.delta = prev.output, prev.delta
+            else:
+                l.resize(w, h)
+            w, h = l.out_w, l.out_h
+        self.inputs = self.w * self.h * c
+        self.alloc_workspace()
+
+    # -- reporting ---------------------------------------------------------------------------
+    def summary(self, file=None) -> str:
+        """Darknet's layer table, as `parse_network_cfg` prints it to stderr."""
+        lines = ["layer     filters    size              input                output"]
+        for i, l in enumerate(self.layers):
+            lines.append(f"{i:5d} {l.describe()}")
+        total = sum(l.bflops for l in self.layers)
+        lines.append(f"Total BFLOPs {total:.3f}")
+        text = "\n".join(lines)
+        if file is not None:
+            print(text, file=file)
+        return text

@@ -1,0 +1,154 @@
+"""Build a Network from a .cfg (Darknet's `parse_network_cfg`), and load_network."""
+from __future__ import annotations
+
+import os
+import warnings
+
+from .cfg import Section, read_cfg
+from .errors import CfgError
+from .layers import LAYER_TYPES
+from .layers.base import SizeParams
+from .network import POLICIES, Network
+
+COMPAT_MODES = (None, "darknet-cpu")
+
+
+class CfgWarning(UserWarning):
+    """A cfg key that nothing reads (Darknet prints `Unused field`)."""
+
+
+def _warn_unused(s: Section):
+    for key in s.unused():
+        warnings.warn(CfgWarning(f"{s.path}:{s.lines[key]}: [{s.type}] unused field "
+                                 f"'{key} = {s.options[key]}'"), stacklevel=3)
+
+
+def parse_net_options(s: Section, net: Network, batch: int | None):
+    net.batch = s.find_int("batch", 1)
+    net.learning_rate = s.find_float("learning_rate", 0.001)
+    net.momentum = s.find_float("momentum", 0.9)
+    net.decay = s.find_float("decay", 0.0001)
+    subdivs = s.find_int("subdivisions", 1)
+    if subdivs < 1:
+        raise s.error("subdivisions", f"must be at least 1, found {subdivs}")
+    net.time_steps = s.find_int("time_steps", 1)
+    s.find_int("notruth", 0)
+    net.batch //= subdivs
+    net.batch *= net.time_steps
+    net.subdivisions = subdivs
+    if batch is not None:
+        net.batch = int(batch)          # set_batch_network: the update still divides by cfg batch
+    if net.batch < 1:
+        raise s.error("batch", f"batch / subdivisions must be at least 1 "
+                               f"(batch={s.options.get('batch')}, subdivisions={subdivs})")
+    net.random = s.find_int("random", 0)
+    net.adam = bool(s.find_int("adam", 0))
+    if net.adam:
+        net.B1 = s.find_float("B1", 0.9)
+        net.B2 = s.find_float("B2", 0.999)
+        net.eps = s.find_float("eps", 0.0000001)
+    net.h = s.find_int("height", 0)
+    net.w = s.find_int("width", 0)
+    net.c = s.find_int("channels", 0)
+    net.inputs = s.find_int("inputs", net.h * net.w * net.c)
+    net.max_crop = s.find_int("max_crop", net.w * 2)
+    net.min_crop = s.find_int("min_crop", net.w)
+    for key in ("max_ratio", "min_ratio", "clip"):
+        s.find_float(key, 0)
+    s.find_int("center", 0)
+    net.angle = s.find_float("angle", 0)
+    net.aspect = s.find_float("aspect", 1)
+    net.saturation = s.find_float("saturation", 1)
+    net.exposure = s.find_float("exposure", 1)
+    net.hue = s.find_float("hue", 0)
+    if not net.inputs and not (net.h and net.w and net.c):
+        raise s.error(None, "no input size: set width, height and channels (or inputs)")
+    net.policy = s.find_str("policy", "constant")
+    if net.policy not in POLICIES:
+        raise s.error("policy", f"unknown policy {net.policy!r}; expected one of {', '.join(POLICIES)}")
+    net.burn_in = s.find_int("burn_in", 0)
+    net.power = s.find_float("power", 4)
+    if net.policy == "step":
+        net.step = s.find_int("step", 1)
+        net.scale = s.find_float("scale", 1)
+    elif net.policy == "steps":
+        if not s.has("steps") or not s.has("scales"):
+            raise s.error(None, "policy=steps needs both steps= and scales=")
+        net.steps = s.find_list("steps", int)
+        net.scales = s.find_list("scales", float)
+        if len(net.scales) < len(net.steps):
+            raise s.error("scales", f"{len(net.steps)} steps need {len(net.steps)} scales, "
+                                    f"found {len(net.scales)}")
+    elif net.policy == "exp":
+        net.gamma = s.find_float("gamma", 1)
+    elif net.policy == "sig":
+        net.gamma = s.find_float("gamma", 1)
+        net.step = s.find_int("step", 1)
+    net.max_batches = s.find_int("max_batches", 0)
+    if net.policy == "poly" and net.max_batches <= 0:
+        raise s.error("max_batches", "policy=poly needs max_batches > 0")
+
+
+def _generic_options(s: Section, l):
+    """Options every section may carry (read after the layer's own, as Darknet does)."""
+    l.truth = s.find_int("truth", 0)
+    l.onlyforward = s.find_int("onlyforward", 0)
+    l.stopbackward = s.find_int("stopbackward", 0)
+    l.dontsave = bool(s.find_int("dontsave", 0))
+    l.dontload = bool(s.find_int("dontload", 0))
+    l.numload = s.find_int("numload", 0)
+    l.dontloadscales = bool(s.find_int("dontloadscales", 0))
+    l.learning_rate_scale = s.find_float("learning_rate", 1.0)
+    l.smooth = s.find_float("smooth", 0.0)
+
+
+def parse_network_cfg(path, batch: int | None = None, compat: str | None = None) -> Network:
+    """Read a .cfg and build every layer with the shapes Darknet computes."""
+    if compat not in COMPAT_MODES:
+        raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
+    path = os.fspath(path)
+    sections = read_cfg(path)
+    first = sections[0]
+    if first.type not in ("net", "network"):
+        raise CfgError(f"{path}:{first.line}: the first section must be [net] or [network], "
+                       f"found [{first.type}]")
+    net = Network()
+    net.cfg_path = path
+    net.compat = compat
+    parse_net_options(first, net, batch)
+    _warn_unused(first)
+    if len(sections) == 1:
+        raise CfgError(f"{path}: no layers after [net]")
+    h, w, c, inputs = net.h, net.w, net.c, net.inputs
+    for index, s in enumerate(sections[1:]):
+        if s.type in ("net", "network"):
+            raise CfgError(f"{s.where()}: a second [net] section (layer {index})")
+        cls = LAYER_TYPES.get(s.type)
+        if cls is None:
+            known = ", ".join(sorted(set(LAYER_TYPES)))
+            raise CfgError(f"{s.where()}: unknown section type [{s.type}] (layer {index}); "
+                           f"supported: {known}")
+        params = SizeParams(batch=net.batch, h=h, w=w, c=c, inputs=inputs, index=index, net=net,
+                            path=path)
+        l = cls.from_cfg(s, params)
+        _generic_options(s, l)
+        _warn_unused(s)
+        net.layers.append(l)
+        h, w, c, inputs = l.out_h, l.out_w, l.out_c, l.outputs
+    if net.inputs == 0:
+        net.inputs = net.layers[0].inputs
+    net.alloc_workspace()
+    return net
+
+
+def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
+                 clear: bool = False) -> Network:
+    """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
+    unless `clear`). batch=None keeps the cfg's batch/subdivisions."""
+    from .weights import load_weights
+    net = parse_network_cfg(cfg, batch=batch, compat=compat)
+    if weights is not None:
+        load_weights(net, weights)
+    if clear:
+        net.seen = 0
+    return net
