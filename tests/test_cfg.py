@@ -1,0 +1,106 @@
+"""The cfg parser: Darknet's format and defaults, and errors that name file, line, section, key."""
+import re
+import warnings
+
+import pytest
+
+import darknumba as dn
+from darknumba.cfg import parse_cfg_text
+from darknumba.errors import CfgError
+from darknumba.parser import CfgWarning
+from conftest import ROOT, golden_dir
+
+NET = "[net]\nbatch=4\nsubdivisions=2\nwidth=16\nheight=16\nchannels=3\n"
+
+
+def write(tmp_path, text, name="t.cfg"):
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def test_format_comments_spaces_lists():
+    secs = parse_cfg_text("# c\n; c\n\n[net]\n batch = 2 \n[route]\nlayers = -1, 8\n"
+                          "[yolo]\nanchors = 10,14,  23,27\n", "x.cfg")
+    assert [s.type for s in secs] == ["net", "route", "yolo"]
+    assert secs[1].find_list("layers") == [-1, 8]
+    assert secs[2].find_list("anchors", float) == [10, 14, 23, 27]
+    assert secs[0].lines["batch"] == 5
+
+
+def test_net_defaults_and_batch_division(tmp_path):
+    net = dn.parse_network_cfg(write(tmp_path, NET + "[maxpool]\n"))
+    assert net.batch == 2 and net.subdivisions == 2
+    assert (net.learning_rate, net.momentum, net.decay, net.policy, net.power) == (0.001, 0.9, 0.0001, "constant", 4)
+    mp = net.layers[0]
+    assert (mp.size, mp.stride, mp.pad) == (1, 1, 0)         # size defaults to stride, padding to size-1
+    assert dn.parse_network_cfg(write(tmp_path, NET + "[maxpool]\n"), batch=1).batch == 1
+
+
+def test_conv_defaults(tmp_path):
+    l = dn.parse_network_cfg(write(tmp_path, NET + "[convolutional]\n")).layers[0]
+    assert (l.n, l.size, l.stride, l.pad, l.groups, l.activation, l.batch_normalize) == \
+        (1, 1, 1, 0, 1, "logistic", False)
+    l = dn.parse_network_cfg(write(tmp_path, NET + "[conv]\nsize=5\npad=1\nfilters=3\n")).layers[0]
+    assert l.pad == 2 and l.out_w == 16
+
+
+@pytest.mark.parametrize("body,pattern", [
+    ("[bogus]\n", r"t\.cfg:7: \[bogus\].*unknown section type"),
+    ("[convolutional]\nfilters=abc\n", r"t\.cfg:8: \[convolutional\] filters: expected an integer, found 'abc'"),
+    ("[convolutional]\nactivation=swishy\n", r"t\.cfg:8: \[convolutional\] activation: unknown activation 'swishy'"),
+    ("[maxpool]\n[route]\nlayers=-5\n", r"t\.cfg:9: \[route\] layers: layer index -5 points to layer -4"),
+    ("[maxpool]\n[route]\nlayers=3\n", r"\[route\] layers: layer index 3 points to layer 3, but only layers 0\.\.0"),
+    ("[maxpool]\n[maxpool]\nstride=2\n[route]\nlayers=-1,-2\n", r"\[route\] layers: cannot concatenate layer 1 \(8x8\) with layer 0 \(16x16\)"),
+    ("[maxpool]\n[shortcut]\nfrom=-4\n", r"\[shortcut\] from: layer index -4"),
+    ("[convolutional]\nfilters=20\n[yolo]\nclasses=2\nmask=0,1,2\nnum=3\n",
+     r"\[yolo\]: the layer before this yolo layer has 20 filters, but \(classes\+5\)\*len\(mask\) = \(2\+5\)\*3 = 21"),
+    ("[convolutional]\nfilters=21\n[yolo]\nclasses=2\nmask=0,1,5\nnum=3\n", r"\[yolo\] mask: mask \[0, 1, 5\] names anchors outside"),
+    ("[convolutional]\ngroups=2\nfilters=4\n", r"groups: input channels \(3\) and filters \(4\) must both be divisible"),
+    ("[connected]\noutput=10\n[softmax]\n[convolutional]\n", r"layer 2 needs an image input"),
+])
+def test_errors_name_file_line_section_key(tmp_path, body, pattern):
+    with pytest.raises(CfgError, match=pattern):
+        dn.parse_network_cfg(write(tmp_path, NET + body))
+
+
+def test_missing_net_and_policy_errors(tmp_path):
+    with pytest.raises(CfgError, match=r"t\.cfg:1: the first section must be \[net\]"):
+        dn.parse_network_cfg(write(tmp_path, "[convolutional]\n"))
+    with pytest.raises(CfgError, match="policy=steps needs both steps= and scales="):
+        dn.parse_network_cfg(write(tmp_path, NET + "policy=steps\n[maxpool]\n"))
+    with pytest.raises(CfgError, match="learning_rate: expected a number, found '0.0.1'"):
+        dn.parse_network_cfg(write(tmp_path, NET + "learning_rate=0.0.1\n[maxpool]\n"))
+    with pytest.raises(CfgError, match=r"t\.cfg:2: expected key=value in \[net\], found 'batch'"):
+        dn.parse_network_cfg(write(tmp_path, "[net]\nbatch\n"))
+    with pytest.raises(CfgError, match="cannot read cfg file"):
+        dn.parse_network_cfg(tmp_path / "missing.cfg")
+
+
+def test_unused_keys_warn_once_with_location(tmp_path):
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        dn.parse_network_cfg(write(tmp_path, NET + "[convolutional]\nfilters=2\nfliters=3\n"))
+    msgs = [str(x.message) for x in w if issubclass(x.category, CfgWarning)]
+    assert msgs == ["%s:9: [convolutional] unused field 'fliters = 3'" % (tmp_path / "t.cfg")]
+
+
+def test_shipped_cfgs_parse_without_warnings():
+    for name in ("yolov3-tiny", "yolov3", "yolov3-spp"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", CfgWarning)
+            dn.parse_network_cfg(ROOT / "cfg" / f"{name}.cfg", batch=1)
+
+
+def test_summary_matches_darknets_printout():
+    d = golden_dir("det-small")
+    net = dn.parse_network_cfg(d / "det-small.cfg")
+    printed = (d / "forward_test" / "stderr.txt").read_text().splitlines()
+    start = printed.index("layer     filters    size              input                output")
+    ours = net.summary().splitlines()
+    assert ours[:net.n + 1] == printed[start:start + net.n + 1]
+    tiny = golden_dir("yolov3-tiny-detect")
+    net = dn.parse_network_cfg(tiny / "yolov3-tiny.cfg", batch=1)
+    printed = (tiny / "dog" / "stderr.txt").read_text().splitlines()
+    start = printed.index("layer     filters    size              input                output")
+    assert net.summary().splitlines()[:net.n + 1] == printed[start:start + net.n + 1]

@@ -1,0 +1,152 @@
+"""Darknet's .weights layout: byte-identical round trips, clear errors for files that don't fit."""
+import warnings
+
+import numpy as np
+import pytest
+
+import darknumba as dn
+from darknumba.errors import WeightsError
+from conftest import ROOT, golden_dir, tiny_weights
+
+FIXTURES = ["det-small", "cls-small", "cls-small-fc", "act-mix"]
+
+
+@pytest.mark.parametrize("fixture", FIXTURES)
+def test_round_trip_is_byte_identical(fixture, tmp_path):
+    d = golden_dir(fixture)
+    net = dn.load_network(d / f"{fixture}.cfg", d / "init.weights")
+    out = tmp_path / "out.weights"
+    dn.save_weights(net, out)
+    assert out.read_bytes() == (d / "init.weights").read_bytes()
+
+
+def test_official_yolov3_tiny_round_trip(tmp_path):
+    w = tiny_weights()
+    net = dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", w, batch=1)
+    assert net.seen == 32013312
+    out = tmp_path / "tiny.weights"
+    dn.save_weights(net, out)
+    assert out.read_bytes() == w.read_bytes()
+
+
+def test_connected_bn_records_come_after_weights(tmp_path):
+    d = golden_dir("cls-small-fc")
+    net = dn.load_network(d / "cls-small-fc.cfg", d / "init.weights")
+    fc = net.layers[5]
+    assert fc.type == "connected" and fc.batch_normalize
+    names = [n for n, _ in fc.weight_records()]
+    assert names == ["biases", "weights", "scales", "rolling_mean", "rolling_variance"]
+    conv = net.layers[0]
+    assert [n for n, _ in conv.weight_records()] == ["biases", "scales", "rolling_mean", "rolling_variance", "weights"]
+
+
+def _cfg(tmp_path, text):
+    p = tmp_path / "t.cfg"
+    p.write_text(text)
+    return p
+
+
+SMALL = """[net]
+batch=1
+width=8
+height=8
+channels=3
+[convolutional]
+batch_normalize=1
+filters=4
+size=3
+pad=1
+activation=leaky
+[connected]
+output=5
+activation=linear
+"""
+
+
+def _small(tmp_path):
+    net = dn.parse_network_cfg(_cfg(tmp_path, SMALL))
+    rng = np.random.default_rng(0)
+    for l in net.layers:
+        for _, a in l.weight_records():
+            a[:] = rng.standard_normal(a.size)
+    net.seen = 1234
+    return net
+
+
+def test_too_short_names_layer_and_byte_counts(tmp_path):
+    net = _small(tmp_path)
+    full = tmp_path / "full.weights"
+    dn.save_weights(net, full)
+    data = full.read_bytes()
+    short = tmp_path / "short.weights"
+    short.write_bytes(data[:-10])
+    with pytest.raises(WeightsError, match=r"layer 1 \(connected\).*%d bytes.*needs %d" % (len(data) - 10, len(data))):
+        dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), short)
+
+
+def test_too_long_is_an_error(tmp_path):
+    net = _small(tmp_path)
+    p = tmp_path / "long.weights"
+    dn.save_weights(net, p)
+    p.write_bytes(p.read_bytes() + b"\0" * 8)
+    with pytest.raises(WeightsError, match="8 bytes left over"):
+        dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), p)
+
+
+def test_bad_header_and_old_header(tmp_path):
+    p = tmp_path / "bad.weights"
+    p.write_bytes(b"\x01\x02")
+    with pytest.raises(WeightsError, match="too short"):
+        dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), p)
+    p.write_bytes(np.array([-5, 0, 0, 0], "<i4").tobytes())
+    with pytest.raises(WeightsError, match="bad header"):
+        dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), p)
+    # version 0.1: `seen` is a 4-byte int
+    net = _small(tmp_path)
+    body = dn.weights.weights_bytes(net)[20:]
+    p.write_bytes(np.array([0, 1, 0, 77], "<i4").tobytes() + body)
+    net2 = dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), p)
+    assert net2.seen == 77
+    np.testing.assert_array_equal(net2.layers[1].weights, net.layers[1].weights)
+
+
+def test_transposed_connected_weights(tmp_path):
+    net = _small(tmp_path)
+    fc = net.layers[1]
+    parts = [np.array([0, 1001, 0, 5], "<i4").tobytes()]     # minor > 1000: transposed layout
+    for l in net.layers:
+        for name, a in l.weight_records():
+            if l is fc and name == "weights":
+                a = a.reshape(fc.outputs, fc.inputs).T
+            parts.append(np.ascontiguousarray(a, "<f4").tobytes())
+    p = tmp_path / "t.weights"
+    p.write_bytes(b"".join(parts))
+    net2 = dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), p)
+    np.testing.assert_array_equal(net2.layers[1].weights, fc.weights)
+
+
+def test_save_is_atomic_and_keeps_old_file_on_failure(tmp_path, monkeypatch):
+    net = _small(tmp_path)
+    p = tmp_path / "ckpt.weights"
+    dn.save_weights(net, p)
+    before = p.read_bytes()
+    import darknumba.weights as W
+
+    def boom(*a, **k):
+        raise OSError("disk full")
+    monkeypatch.setattr(W.os, "fsync", boom)
+    net.layers[1].weights[:] = 0
+    with pytest.raises(OSError):
+        dn.save_weights(net, p)
+    assert p.read_bytes() == before
+    assert [f.name for f in tmp_path.iterdir() if f.name.startswith(".tmp-")] == []
+
+
+def test_cutoff_loads_a_prefix(tmp_path):
+    net = _small(tmp_path)
+    p = tmp_path / "part.weights"
+    dn.save_weights(net, p, cutoff=1)
+    net2 = dn.parse_network_cfg(_cfg(tmp_path, SMALL))
+    dn.load_weights(net2, p, cutoff=1)
+    np.testing.assert_array_equal(net2.layers[0].weights, net.layers[0].weights)
+    assert not net2.layers[1].weights.any()
