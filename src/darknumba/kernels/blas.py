@@ -150,3 +150,112 @@ def sum_array(a, n):
     for i in prange(n):
         s += a[i]
     return s
+
+
+# -- backward: bias, scale and batch-norm gradients (Darknet's convolutional_layer.c and
+#    batchnorm_layer.c). Per-channel reductions run in parallel over channels, so each
+#    iteration owns the entry it writes. Darknet's backward epsilon is 1e-5 *inside* the sqrt.
+
+@njit(parallel=True, cache=True)
+def backward_bias(bias_updates, delta, batch, n, size):
+    """bias_updates[i] += sum of delta[b, i, :] over the batch"""
+    for i in prange(n):
+        acc = 0.0
+        for b in range(batch):
+            base = (b * n + i) * size
+            for k in range(size):
+                acc += delta[base + k]
+        bias_updates[i] += np.float32(acc)
+
+
+@njit(parallel=True, cache=True)
+def backward_scale_cpu(x_norm, delta, batch, n, size, scale_updates):
+    """scale_updates[f] += sum of delta * x_norm over batch and space for channel f"""
+    for f in prange(n):
+        acc = 0.0
+        for b in range(batch):
+            base = (b * n + f) * size
+            for k in range(size):
+                acc += np.float64(delta[base + k]) * x_norm[base + k]
+        scale_updates[f] += np.float32(acc)
+
+
+@njit(parallel=True, cache=True)
+def mean_delta_cpu(delta, variance, batch, filters, spatial, mean_delta):
+    """mean_delta[i] = -sum(delta[., i, .]) / sqrt(var[i] + 1e-5)"""
+    for i in prange(filters):
+        acc = 0.0
+        for j in range(batch):
+            base = (j * filters + i) * spatial
+            for k in range(spatial):
+                acc += delta[base + k]
+        v = np.float64(variance[i] + np.float32(0.00001))
+        mean_delta[i] = np.float32(acc * (-1.0 / math.sqrt(v)))
+
+
+@njit(parallel=True, cache=True)
+def variance_delta_cpu(x, delta, mean, variance, batch, filters, spatial, variance_delta):
+    """variance_delta[i] = -0.5 * sum(delta * (x - mean)) * (var[i] + 1e-5)^(-3/2)"""
+    for i in prange(filters):
+        acc = 0.0
+        m = mean[i]
+        for j in range(batch):
+            base = (j * filters + i) * spatial
+            for k in range(spatial):
+                acc += np.float64(delta[base + k]) * (x[base + k] - m)
+        v = np.float64(variance[i] + np.float32(0.00001))
+        variance_delta[i] = np.float32(acc * (-0.5 * v ** -1.5))
+
+
+@njit(parallel=True, cache=True)
+def normalize_delta_cpu(x, mean, variance, mean_delta, variance_delta, batch, filters, spatial,
+                        delta):
+    """delta = delta / sqrt(var + 1e-5) + variance_delta * 2 (x - mean) / N + mean_delta / N,
+    N = batch * spatial: the gradient through the batch statistics."""
+    inv_n = 1.0 / (spatial * batch)
+    for jf in prange(batch * filters):
+        f = jf % filters
+        base = jf * spatial
+        inv_std = 1.0 / math.sqrt(np.float64(variance[f] + np.float32(0.00001)))
+        vd = 2.0 * variance_delta[f] * inv_n
+        md = mean_delta[f] * inv_n
+        m = mean[f]
+        for k in range(spatial):
+            delta[base + k] = np.float32(delta[base + k] * inv_std
+                                         + vd * np.float64(x[base + k] - m) + md)
+
+
+# -- update (Darknet's update_*_layer and, for adam=1, its adam_update_gpu) ---------------------
+
+@njit(parallel=True, cache=True)
+def sgd_update_cpu(n, rate, decay, momentum, w, updates):
+    """One SGD step on n parameters, as Darknet's three BLAS calls in order:
+    updates += decay * w (decay already -decay*batch); w += rate * updates; updates *= momentum."""
+    r = np.float32(rate)
+    d = np.float32(decay)
+    mom = np.float32(momentum)
+    for i in prange(n):
+        u = updates[i] + d * w[i]
+        w[i] += r * u
+        updates[i] = mom * u
+
+
+@njit(parallel=True, cache=True)
+def adam_update_cpu(n, w, d, m, v, B1, B2, eps, decay, rate, batch, t):
+    """Darknet's Adam: d -= decay*batch*w; m = B1 m + (1-B1) d; v = B2 v + (1-B2) d^2;
+    w += rate * mhat / (sqrt(vhat) + eps) with bias-corrected mhat, vhat; then d = 0."""
+    b1 = np.float32(B1)
+    b2 = np.float32(B2)
+    dec = np.float32(-decay * batch)
+    r = np.float32(rate)
+    e = np.float32(eps)
+    c1 = np.float32(1.0) - np.float32(b1 ** t)
+    c2 = np.float32(1.0) - np.float32(b2 ** t)
+    for i in prange(n):
+        g = d[i] + dec * w[i]
+        mi = b1 * m[i] + (np.float32(1.0) - b1) * g
+        vi = b2 * v[i] + (np.float32(1.0) - b2) * (g * g)
+        m[i] = mi
+        v[i] = vi
+        w[i] += r * (mi / c1) / (np.float32(math.sqrt(vi / c2)) + e)
+        d[i] = 0.0

@@ -2,11 +2,12 @@
 biases), then the activation. weights: outputs x inputs."""
 import numpy as np
 
+from ..kernels.activations import ACTIVATIONS, gradient_array
+from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from .base import Layer, zeros
-from .convolutional import forward_batchnorm, get_activation
-from ..kernels.activations import ACTIVATIONS
+from .convolutional import backward_batchnorm, forward_batchnorm, get_activation, update_params
 
 
 class ConnectedLayer(Layer):
@@ -39,6 +40,7 @@ class ConnectedLayer(Layer):
             self.x = zeros(batch * outputs)
             self.x_norm = zeros(batch * outputs)
         self.learning_rate_scale = 1.0
+        self.compat = None
         self._alloc_io()
 
     @classmethod
@@ -47,7 +49,9 @@ class ConnectedLayer(Layer):
         if outputs < 1:
             raise s.error("output", f"must be at least 1, found {outputs}")
         act = get_activation(s)
-        return cls(params.batch, params.inputs, outputs, act, s.find_int("batch_normalize", 0))
+        l = cls(params.batch, params.inputs, outputs, act, s.find_int("batch_normalize", 0))
+        l.compat = params.net.compat
+        return l
 
     def forward(self, net):
         """forward_connected_layer"""
@@ -57,6 +61,25 @@ class ConnectedLayer(Layer):
             forward_batchnorm(self, net)
         else:
             bias_activate(self.output, self.biases, self.batch, self.outputs, 1, self.activation_id)
+
+    def backward(self, net):
+        """backward_connected_layer: delta *= act'(output); batch-norm or bias backward;
+        weight_updates += delta^T @ input; net.delta += delta @ weights (unless layer 0)."""
+        gradient_array(self.output, self.batch * self.outputs, self.activation_id, self.delta)
+        if self.batch_normalize:
+            backward_batchnorm(self, net)
+        else:
+            backward_bias(self.bias_updates, self.delta, self.batch, self.outputs, 1)
+        x = net.input[:self.batch * self.inputs]
+        gemm(1, 0, self.outputs, self.inputs, self.batch, 1.0, self.delta, x, 1.0,
+             self.weight_updates)
+        if net.delta is not None:
+            gemm(0, 0, self.batch, self.inputs, self.outputs, 1.0, self.delta, self.weights, 1.0,
+                 net.delta[:self.batch * self.inputs])
+
+    def update(self, a):
+        """update_connected_layer"""
+        update_params(self, a, self.compat)
 
     def weight_records(self):
         # Darknet stores a connected layer's batch-norm arrays *after* its weights

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.activations import ACTIVATIONS, activate_array
-from ..kernels.blas import (add_bias, copy_cpu, mean_cpu, normalize_cpu, scal_cpu, axpy_cpu,
-                            scale_bias, variance_cpu)
+from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
+from ..kernels.blas import (adam_update_cpu, add_bias, backward_bias, backward_scale_cpu,
+                            copy_cpu, mean_cpu, mean_delta_cpu, normalize_cpu,
+                            normalize_delta_cpu, scal_cpu, axpy_cpu, scale_bias,
+                            sgd_update_cpu, variance_cpu, variance_delta_cpu)
 from ..kernels.fused import batchnorm_bias_activate, bias_activate
 from ..kernels.gemm import gemm
-from ..kernels.im2col import im2col_cpu
+from ..kernels.im2col import col2im_cpu, im2col_cpu
 from .base import Layer, require_image_input, zeros
 
 
@@ -46,6 +48,48 @@ def forward_batchnorm(l, net):
     else:
         batchnorm_bias_activate(l.output, l.rolling_mean, l.rolling_variance, l.scales, l.biases,
                                 l.batch, n, spatial, l.activation_id)
+
+
+def backward_batchnorm(l, net):
+    """backward_batchnorm_layer on l.delta (already multiplied by act'): bias and scale
+    gradients from the incoming delta, then delta <- d/d(pre-normalisation x), through the
+    batch mean and variance (train mode) or the rolling statistics (test mode)."""
+    n, spatial = l.out_c, l.out_h * l.out_w
+    mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
+    backward_bias(l.bias_updates, l.delta, l.batch, n, spatial)
+    backward_scale_cpu(l.x_norm, l.delta, l.batch, n, spatial, l.scale_updates)
+    scale_bias(l.delta, l.scales, l.batch, n, spatial)
+    mean_delta_cpu(l.delta, variance, l.batch, n, spatial, l.mean_delta)
+    variance_delta_cpu(l.x, l.delta, mean, variance, l.batch, n, spatial, l.variance_delta)
+    normalize_delta_cpu(l.x, mean, variance, l.mean_delta, l.variance_delta, l.batch, n, spatial,
+                        l.delta)
+
+
+def update_params(l, a, compat):
+    """update_convolutional_layer / update_connected_layer: SGD with momentum on biases, BN
+    scales and weights (decay on the weights only), dividing the rate by the full cfg batch.
+    With adam=1, Darknet's Adam (its GPU path) on all three, decay included; compat=
+    "darknet-cpu" ignores adam=1 as Darknet's CPU build does."""
+    f32 = np.float32
+    rate = f32(f32(a.learning_rate) * f32(l.learning_rate_scale))
+    scales = l.scales if l.batch_normalize else None
+    if a.adam and compat != "darknet-cpu":
+        if getattr(l, "m", None) is None:
+            l.m, l.v = zeros(l.nweights), zeros(l.nweights)
+            l.bias_m, l.bias_v = zeros(l.nbiases), zeros(l.nbiases)
+            l.scale_m, l.scale_v = zeros(l.nbiases), zeros(l.nbiases)
+        args = (a.B1, a.B2, a.eps, a.decay, rate, a.batch, a.t)
+        adam_update_cpu(l.nweights, l.weights, l.weight_updates, l.m, l.v, *args)
+        adam_update_cpu(l.nbiases, l.biases, l.bias_updates, l.bias_m, l.bias_v, *args)
+        if scales is not None:
+            adam_update_cpu(l.nbiases, scales, l.scale_updates, l.scale_m, l.scale_v, *args)
+        return
+    step = f32(rate / f32(a.batch))
+    sgd_update_cpu(l.nbiases, step, 0.0, a.momentum, l.biases, l.bias_updates)
+    if scales is not None:
+        sgd_update_cpu(l.nbiases, step, 0.0, a.momentum, scales, l.scale_updates)
+    decay = f32(-f32(a.decay) * f32(a.batch))
+    sgd_update_cpu(l.nweights, step, decay, a.momentum, l.weights, l.weight_updates)
 
 
 class ConvolutionalLayer(Layer):
@@ -161,6 +205,50 @@ class ConvolutionalLayer(Layer):
             forward_batchnorm(self, net)
         else:
             bias_activate(out, self.biases, self.batch, self.n, n, self.activation_id)
+
+    # -- backward and update ----------------------------------------------------------------
+    def backward(self, net):
+        """backward_convolutional_layer: delta *= act'(output); batch-norm or bias backward;
+        then per image and group weight_updates += delta @ col^T (one GEMM) and, unless this
+        is layer 0, the input gradient W^T @ delta folded back with col2im (added into
+        net.delta). A direct 1x1 convolution adds W^T @ delta straight into net.delta;
+        compat="darknet-cpu" overwrites it instead, as Darknet's CPU code does."""
+        m = self.n // self.groups
+        k = self.size * self.size * self.c // self.groups
+        n = self.out_h * self.out_w
+        cg = self.c // self.groups
+        gradient_array(self.output, self.batch * self.outputs, self.activation_id, self.delta)
+        if self.batch_normalize:
+            backward_batchnorm(self, net)
+        else:
+            backward_bias(self.bias_updates, self.delta, self.batch, self.n, n)
+        direct = self._direct_1x1()
+        beta_in = 0.0 if self.compat == "darknet-cpu" else 1.0
+        ws = net.workspace
+        for b in range(self.batch):
+            for g in range(self.groups):
+                d = self.delta[(b * self.groups + g) * m * n:][:m * n]         # m x n
+                off = (b * self.groups + g) * cg * self.h * self.w
+                im = net.input[off:][:cg * self.h * self.w]
+                if direct:
+                    col = im[:k * n]                                            # k x n
+                else:
+                    im2col_cpu(im, cg, self.h, self.w, self.size, self.stride, self.pad, ws)
+                    col = ws[:k * n]
+                gemm(0, 1, m, k, n, 1.0, d, col, 1.0, self.weight_updates[g * m * k:][:m * k])
+                if net.delta is None:
+                    continue
+                a = self.weights[g * m * k:][:m * k]
+                imd = net.delta[off:][:cg * self.h * self.w]
+                if direct:
+                    gemm(1, 0, k, n, m, 1.0, a, d, beta_in, imd[:k * n])
+                else:
+                    gemm(1, 0, k, n, m, 1.0, a, d, 0.0, ws[:k * n])
+                    col2im_cpu(ws, cg, self.h, self.w, self.size, self.stride, self.pad, imd)
+
+    def update(self, a):
+        """update_convolutional_layer"""
+        update_params(self, a, self.compat)
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):

@@ -1,10 +1,15 @@
 """[yolo] (Darknet's `yolo_layer.c`). Per image the output is [anchor][4+1+classes][h][w];
 logistic is applied to x, y, objectness and classes only (w, h stay raw)."""
+import math
+
 import numpy as np
 
-from ..kernels.activations import LOGISTIC
-from ..kernels.yolo import activate_yolo_output
+from ..errors import DarknumbaError
+from ..kernels.yolo import (activate_yolo_output, sum_squares, yolo_objectness_deltas,
+                            yolo_truth_deltas)
 from .base import Layer, require_image_input
+
+STAT_KEYS = ("avg_iou", "class", "obj", "no_obj", "recall50", "recall75", "count")
 
 
 class YoloLayer(Layer):
@@ -24,6 +29,7 @@ class YoloLayer(Layer):
         self.truth_thresh = 1.0
         self.random = 0
         self.cost = 0.0
+        self.stats = None
         self._set_sizes()
 
     def _set_sizes(self):
@@ -73,7 +79,39 @@ class YoloLayer(Layer):
         self.forward_loss(net)
 
     def forward_loss(self, net):
-        raise NotImplementedError("the yolo loss is not implemented yet")
+        """The training half of forward_yolo_layer: objectness deltas for every prediction
+        (ignore_thresh, truth_thresh), then box, objectness and class deltas for each truth
+        at its cell and best anchor over all anchors; self.cost = sum of squared deltas;
+        self.stats = what Darknet prints (see stats_line)."""
+        truth = net.truth
+        boxes = truth.reshape(self.batch, -1)[:, :self.max_boxes * 5].reshape(self.batch, -1, 5)
+        if boxes.size and (np.any(boxes[..., :2] < 0) or np.any(boxes[..., :2] >= 1)):
+            raise DarknumbaError("yolo truth: box centres (x, y) must lie in [0, 1), relative "
+                                 "to the network input; x == 0 ends an image's box list")
+        anyobj = np.zeros(self.batch * self.n * self.h, dtype=np.float64)
+        stats = np.zeros((self.batch, 6), dtype=np.float64)
+        args = (self.batch, self.n, self.w, self.h, self.classes, net.w, net.h, self.truths,
+                self.max_boxes)
+        yolo_objectness_deltas(self.output, truth, self.biases, self.mask, *args,
+                               self.ignore_thresh, self.truth_thresh, self.delta, anyobj)
+        yolo_truth_deltas(self.output, truth, self.biases, self.mask, self.total, *args,
+                          self.delta, stats)
+        self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
+        s_iou, s_cat, s_obj, r50, r75, count = stats.sum(axis=0)
+        count = int(count)
+        per = (lambda v: v / count) if count else (lambda v: math.nan)
+        self.stats = {"index": net.index, "avg_iou": per(s_iou), "class": per(s_cat),
+                      "obj": per(s_obj), "no_obj": anyobj.sum() / (self.w * self.h * self.n * self.batch),
+                      "recall50": per(r50), "recall75": per(r75), "count": count}
+
+    def stats_line(self) -> str:
+        """Darknet's print-out of the last training forward: `Region NN Avg IOU: ...`."""
+        s = self.stats
+        if s is None:
+            return ""
+        return (f"Region {s['index']} Avg IOU: {s['avg_iou']:f}, Class: {s['class']:f}, "
+                f"Obj: {s['obj']:f}, No Obj: {s['no_obj']:f}, .5R: {s['recall50']:f}, "
+                f".75R: {s['recall75']:f},  count: {s['count']}")
 
     def backward(self, net):
         """backward_yolo_layer: the deltas are already w.r.t. the logits; add them unchanged."""
