@@ -105,13 +105,60 @@ def gradient(yf, a):
     return np.float32(1.0)
 
 
+@njit(cache=True, inline="always")
+def activate_row(row, a):
+    """row[:] = act(row[:]). The common activations get a loop of their own (the scalar
+    dispatch inside a loop would stop it vectorising); the rest use the generic scalar."""
+    n = row.size
+    if a == LINEAR:
+        return
+    if a == LEAKY:
+        for k in range(n):
+            v = row[k]
+            row[k] = v if v > 0 else np.float32(0.1 * np.float64(v))
+    elif a == RELU:
+        for k in range(n):
+            v = row[k]
+            row[k] = v if v > 0 else np.float32(0.0)
+    elif a == LOGISTIC:
+        for k in range(n):
+            row[k] = np.float32(1.0 / (1.0 + math.exp(-np.float64(row[k]))))
+    else:
+        for k in range(n):
+            row[k] = activate(row[k], a)
+
+
+@njit(cache=True, inline="always")
+def gradient_row(y, delta, a):
+    """delta[:] *= act'(y[:]) with y the output; loops specialised as in activate_row."""
+    n = y.size
+    if a == LINEAR:
+        return
+    if a == LEAKY:
+        for k in range(n):
+            delta[k] *= np.float32(1.0) if y[k] > 0 else np.float32(0.1)
+    elif a == RELU:
+        for k in range(n):
+            delta[k] *= np.float32(1.0) if y[k] > 0 else np.float32(0.0)
+    elif a == LOGISTIC:
+        for k in range(n):
+            yk = np.float64(y[k])
+            delta[k] *= np.float32((1.0 - yk) * yk)
+    else:
+        for k in range(n):
+            delta[k] *= gradient(y[k], a)
+
+
+CHUNK = 16384
+
+
 @njit(parallel=True, cache=True)
 def activate_array(x, n, a):
     """activate_array: x[i] = act(x[i]) for i < n, in place."""
     if a == LINEAR:
         return
-    for i in prange(n):
-        x[i] = activate(x[i], a)
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        activate_row(x[c * CHUNK:min(n, (c + 1) * CHUNK)], a)
 
 
 @njit(parallel=True, cache=True)
@@ -119,5 +166,7 @@ def gradient_array(x, n, a, delta):
     """gradient_array: delta[i] *= act'(x[i]), where x is the layer's *output*."""
     if a == LINEAR:
         return
-    for i in prange(n):
-        delta[i] *= gradient(x[i], a)
+    for c in prange((n + CHUNK - 1) // CHUNK):
+        lo = c * CHUNK
+        hi = min(n, lo + CHUNK)
+        gradient_row(x[lo:hi], delta[lo:hi], a)

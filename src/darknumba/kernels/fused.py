@@ -6,7 +6,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .activations import activate
+from .activations import activate_row
+
+CHUNK = 4096
 
 
 @njit(parallel=True, cache=True)
@@ -18,8 +20,11 @@ def batchnorm_bias_activate(x, mean, variance, scales, biases, batch, filters, s
         d = np.float32(math.sqrt(variance[f])) + np.float32(0.000001)
         s = scales[f]
         bias = biases[f]
-        for k in range(spatial):
-            x[base + k] = activate(((x[base + k] - m) / d) * s + bias, a)
+        for lo in range(0, spatial, CHUNK):   # chunks stay in cache between the two sweeps
+            row = x[base + lo:base + min(spatial, lo + CHUNK)]    # slices vectorise
+            for k in range(row.size):
+                row[k] = ((row[k] - m) / d) * s + bias
+            activate_row(row, a)
 
 
 @njit(parallel=True, cache=True)
@@ -27,5 +32,8 @@ def bias_activate(x, biases, batch, filters, spatial, a):
     for bf in prange(batch * filters):
         base = bf * spatial
         bias = biases[bf % filters]
-        for k in range(spatial):
-            x[base + k] = activate(x[base + k] + bias, a)
+        for lo in range(0, spatial, CHUNK):
+            row = x[base + lo:base + min(spatial, lo + CHUNK)]
+            for k in range(row.size):
+                row[k] += bias
+            activate_row(row, a)

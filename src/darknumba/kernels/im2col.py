@@ -20,17 +20,28 @@ def im2col_cpu(data_im, channels, height, width, ksize, stride, pad, data_col):
         c_im = c // ksize // ksize
         im_row = h_offset + h * stride - pad
         col_base = (c * height_col + h) * width_col
+        dst = data_col[col_base:col_base + width_col]
         if im_row < 0 or im_row >= height:
-            for w in range(width_col):
-                data_col[col_base + w] = 0.0
+            dst[:] = 0.0
             continue
-        im_base = width * (im_row + height * c_im)
-        for w in range(width_col):
-            im_col = w_offset + w * stride - pad
-            if im_col < 0 or im_col >= width:
-                data_col[col_base + w] = 0.0
-            else:
-                data_col[col_base + w] = data_im[im_base + im_col]
+        # output columns whose input column w_offset + w*stride - pad lies inside the image
+        col0 = w_offset - pad
+        w_lo = 0
+        if col0 < 0:
+            w_lo = (-col0 + stride - 1) // stride
+        w_hi = width_col
+        last = col0 + (width_col - 1) * stride
+        if last >= width:
+            w_hi = width_col - ((last - width) // stride + 1)
+        dst[:w_lo] = 0.0
+        if w_hi > w_lo:
+            first = width * (im_row + height * c_im) + col0 + w_lo * stride
+            # slices, not computed indices: numba then skips its negative-index checks and the
+            # copy vectorises
+            dst[w_lo:w_hi] = data_im[first:first + (w_hi - w_lo - 1) * stride + 1:stride]
+            dst[w_hi:] = 0.0
+        else:
+            dst[w_lo:] = 0.0
 
 
 @njit(parallel=True, cache=True)

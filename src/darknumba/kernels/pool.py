@@ -12,31 +12,45 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 
 @njit(parallel=True, cache=True)
 def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output, indexes):
+    """One output row per iteration. The window offsets (n, m) are visited in Darknet's scan
+    order and each sweeps the whole row with a strict `>`, so ties resolve exactly as in C;
+    each offset's in-bounds columns form one interval, so the inner loop has no bounds test."""
     w_offset = -(pad // 2)
     h_offset = -(pad // 2)
     for bki in prange(batch * c * out_h):
         i = bki % out_h
-        bk = bki // out_h
-        in_base = bk * h * w
+        in_base = (bki // out_h) * h * w
         out_base = bki * out_w
-        for j in range(out_w):
-            best = -FLT_MAX
-            best_i = -1
-            for n in range(size):
-                cur_h = h_offset + i * stride + n
-                if cur_h < 0 or cur_h >= h:
+        out_row = output[out_base:out_base + out_w]
+        idx_row = indexes[out_base:out_base + out_w]
+        out_row[:] = -FLT_MAX
+        idx_row[:] = -1
+        for n in range(size):
+            cur_h = h_offset + i * stride + n
+            if cur_h < 0 or cur_h >= h:
+                continue
+            row = in_base + cur_h * w
+            for m in range(size):
+                col0 = w_offset + m                    # input column of output column 0
+                j_lo = 0
+                if col0 < 0:
+                    j_lo = (-col0 + stride - 1) // stride
+                j_hi = out_w
+                last = col0 + (out_w - 1) * stride
+                if last >= w:
+                    j_hi = out_w - ((last - w) // stride + 1)
+                if j_hi <= j_lo:
                     continue
-                for m in range(size):
-                    cur_w = w_offset + j * stride + m
-                    if cur_w < 0 or cur_w >= w:
-                        continue
-                    index = in_base + cur_h * w + cur_w
-                    val = inp[index]
-                    if val > best:
-                        best = val
-                        best_i = index
-            output[out_base + j] = best
-            indexes[out_base + j] = best_i
+                first = row + col0 + j_lo * stride
+                # slices (not computed indices) let the loop vectorise; selects, not branches
+                src = inp[first:first + (j_hi - j_lo - 1) * stride + 1:stride]
+                o = out_row[j_lo:j_hi]
+                ix = idx_row[j_lo:j_hi]
+                for j in range(j_hi - j_lo):
+                    val = src[j]
+                    better = val > o[j]
+                    o[j] = val if better else o[j]
+                    ix[j] = np.int32(first + j * stride) if better else ix[j]
 
 
 @njit(parallel=True, cache=True)

@@ -1,0 +1,68 @@
+"""yolov3-tiny (or any cfg) forward benchmark: compile time, steady-state ms/image and effective
+GFLOPS, per-layer profile, and the start-up of a second process with a warm numba cache.
+
+    python bench/forward.py [--cfg cfg/yolov3-tiny.cfg] [--weights weights/yolov3-tiny.weights]
+                            [--batch 1] [--reps 20] [--profile]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cfg", default=str(ROOT / "cfg" / "yolov3-tiny.cfg"))
+    ap.add_argument("--weights", default=str(ROOT / "weights" / "yolov3-tiny.weights"))
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--profile", action="store_true", help="print a per-layer time table")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+
+    t0 = time.perf_counter()
+    import numpy as np
+    import darknumba as dn
+    t_import = time.perf_counter() - t0
+    weights = args.weights if os.path.exists(args.weights) else None
+    net = dn.load_network(args.cfg, weights, batch=args.batch)
+    x = np.random.default_rng(0).uniform(0, 1, (args.batch, net.c, net.h, net.w)).astype(np.float32)
+    t1 = time.perf_counter()
+    net.forward(x)
+    t_first = time.perf_counter() - t1
+    if args.child:
+        print(f"{t_import:.3f} {t_first:.3f}")
+        return
+    times = []
+    for _ in range(args.reps):
+        t = time.perf_counter()
+        net.forward(x)
+        times.append(time.perf_counter() - t)
+    times = np.array(times) * 1000 / args.batch
+    gflop = sum(l.bflops for l in net.layers)
+    print(f"network      {Path(args.cfg).name}  {net.w}x{net.h}  batch {args.batch}  "
+          f"({gflop:.3f} GFLOP/image){'' if weights else '  [random weights]'}")
+    print(f"import       {t_import * 1000:8.1f} ms")
+    print(f"first call   {t_first * 1000:8.1f} ms   (numba compile or cache load included)")
+    print(f"steady state {np.median(times):8.2f} ms/image median, {times.min():.2f} min "
+          f"over {args.reps} runs = {1000 / np.median(times):.1f} images/s, "
+          f"{gflop / (np.median(times) / 1000):.1f} effective GFLOPS")
+    if args.profile:
+        from darknumba.profile import profile_forward
+        print(profile_forward(net, x, reps=max(3, args.reps // 4)))
+    t = time.perf_counter()
+    out = subprocess.run([sys.executable, __file__, "--child", "--cfg", args.cfg, "--weights",
+                          args.weights, "--batch", str(args.batch)], capture_output=True, text=True,
+                         check=True)
+    wall = time.perf_counter() - t
+    imp, first = map(float, out.stdout.split())
+    print(f"2nd process  {wall * 1000:8.1f} ms wall (warm cache): import {imp * 1000:.0f} ms, "
+          f"first forward {first * 1000:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()
