@@ -129,14 +129,16 @@ class Network:
             return out.reshape(l.batch, l.out_c, l.out_h, l.out_w).copy()
         return out.reshape(l.batch, l.outputs).copy()
 
-    def backward(self):
-        """backward_network: layer 0 gets net.delta = None (no input gradient)."""
+    def backward(self, delta=None):
+        """backward_network. Layer 0 gets `delta` as its net.delta (Darknet's network-level
+        delta): None during training, so no input gradient is computed; a float32 buffer of
+        batch*inputs receives the gradient w.r.t. the network input (added into it)."""
         for i in range(self.n - 1, -1, -1):
             l = self.layers[i]
             if getattr(l, "stopbackward", 0):
                 break
             if i == 0:
-                self.input, self.delta = self._input0, None
+                self.input, self.delta = self._input0, delta
             else:
                 prev = self.layers[i - 1]
                 self.input, self.delta = prev.output, prev.delta
@@ -168,33 +170,42 @@ class Network:
         return self.seen // (self.batch * self.subdivisions)
 
     def current_rate(self) -> float:
-        """get_current_rate, in float32 as Darknet computes it."""
+        """get_current_rate: float32 operands, the power/exp taken in double and the result
+        rounded to float32 once, as Darknet computes it. Under compat="darknet-cpu" the sig
+        policy keeps Darknet's unsigned `batch_num - step` (before `step` it wraps around)."""
         f32 = np.float32
         b = self.current_batch()
-        lr = f32(self.learning_rate)
+        lr = float(f32(self.learning_rate))
+        power = float(f32(self.power))
         if b < self.burn_in:
-            return float(f32(lr * math.pow(f32(b) / f32(self.burn_in), f32(self.power))))
+            return float(f32(lr * math.pow(float(f32(b) / f32(self.burn_in)), power)))
         p = self.policy
         if p == "constant":
-            return float(lr)
+            return lr
         if p == "step":
-            return float(f32(lr * math.pow(f32(self.scale), b // self.step)))
+            return float(f32(lr * math.pow(float(f32(self.scale)), b // self.step)))
         if p == "steps":
-            rate = lr
+            rate = f32(lr)
             for s, sc in zip(self.steps, self.scales):
                 if s > b:
                     break
                 rate = f32(rate * f32(sc))
             return float(rate)
         if p == "exp":
-            return float(f32(lr * math.pow(f32(self.gamma), b)))
+            return float(f32(lr * math.pow(float(f32(self.gamma)), b)))
         if p == "poly":
-            return float(f32(lr * math.pow(f32(1) - f32(b) / f32(self.max_batches), f32(self.power))))
+            base = float(f32(1) - f32(b) / f32(self.max_batches))
+            return float(f32(lr * math.pow(base, power)))
         if p == "random":
-            return float(f32(lr * math.pow(random.random(), f32(self.power))))
+            return float(f32(lr * math.pow(random.random(), power)))
         if p == "sig":
-            return float(f32(lr * (1.0 / (1.0 + math.exp(f32(self.gamma) * (b - self.step))))))
-        return float(lr)
+            diff = b - self.step
+            if self.compat == "darknet-cpu" and diff < 0:
+                diff += 1 << 64
+            z = float(f32(f32(self.gamma) * f32(diff)))
+            sig = 1.0 / (1.0 + math.exp(z)) if z < 709 else 0.0
+            return float(f32(lr * sig))
+        return lr
 
     # -- shape changes -----------------------------------------------------------------------
     def resize(self, w: int, h: int):
