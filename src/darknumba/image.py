@@ -123,8 +123,3 @@ def letterbox_image(im: np.ndarray, w: int, h: int) -> np.ndarray:
     boxed[:, dy:dy + new_h, dx:dx + new_w] = resized
     return boxed
 
-
-def image_to_bytes(im: np.ndarray) -> np.ndarray:
-    """(3, h, w) float32 -> (h, w, 3) uint8 the way save_image truncates: (uint8)(255*v)."""
-    v = np.clip(np.asarray(im, dtype=np.float32) * np.float32(255), 0, 255)
-    return np.ascontiguousarray(v.astype(np.uint8).transpose(1, 2, 0))

@@ -1,0 +1,183 @@
+"""From a network's yolo outputs to Darknet's detections (`network.c` get_network_boxes,
+`yolo_layer.c` get_yolo_detections / correct_yolo_boxes, `box.c` do_nms_sort, `image.c`
+draw_detections' printed lines and corners).
+
+Detections are parallel arrays (see Detections); the loops over boxes live in kernels/box.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import CfgError
+from .image import letterbox_size
+from .kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
+                          yolo_num_detections_cpu)
+
+
+@dataclass
+class Detections:
+    """Darknet's `detection` array, one row per candidate box.
+
+    bbox (count, 4) float32: x, y (centre), w, h; relative to the image (0..1) or in pixels.
+    objectness (count,) float32.
+    prob (count, classes) float32: objectness * class probability, 0 where <= thresh.
+    """
+    bbox: np.ndarray
+    objectness: np.ndarray
+    prob: np.ndarray
+
+    def __len__(self):
+        return self.bbox.shape[0]
+
+    @property
+    def classes(self) -> int:
+        return self.prob.shape[1]
+
+    @classmethod
+    def empty(cls, classes: int) -> "Detections":
+        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32),
+                   np.zeros((0, classes), np.float32))
+
+    def take(self, order) -> "Detections":
+        return Detections(self.bbox[order], self.objectness[order], self.prob[order])
+
+
+def yolo_layers(net) -> list:
+    """The [yolo] layers of a network, or a CfgError saying detection needs one."""
+    layers = [l for l in net.layers if l.type == "yolo"]
+    if not layers:
+        where = f"{net.cfg_path}" if getattr(net, "cfg_path", None) else "this cfg"
+        last = net.layers[-1].type if net.layers else "nothing"
+        raise CfgError(f"{where} has no [yolo] layer (its last layer is [{last}]): detection "
+                       f"needs a yolo output ([region] and [detection] are not supported)")
+    return layers
+
+
+def get_yolo_detections(l, w: int, h: int, netw: int, neth: int, thresh: float,
+                        relative: bool = True, b: int = 0, letterbox: bool = True) -> Detections:
+    """get_yolo_detections for image b of the batch, then correct_yolo_boxes for a w x h image.
+
+    Darknet averages the output with a horizontally flipped copy when the layer's batch is 2
+    (avg_flipped_yolo, meant for flip test-time augmentation); here every image of a batch is
+    decoded on its own, so batch 2 gives what batch 1 gives."""
+    t = np.float32(thresh)
+    offset = b * l.outputs
+    count = yolo_num_detections_cpu(l.output, offset, l.n, l.w * l.h, l.classes, t)
+    dets = Detections(np.empty((count, 4), np.float32), np.empty(count, np.float32),
+                      np.empty((count, l.classes), np.float32))
+    get_yolo_detections_cpu(dets.bbox, dets.objectness, dets.prob, l.output, offset, l.n, l.w,
+                            l.h, l.classes, np.ascontiguousarray(l.biases, np.float32),
+                            np.ascontiguousarray(l.mask, np.int64), netw, neth, t)
+    new_w, new_h = letterbox_size(w, h, netw, neth) if letterbox else (netw, neth)
+    correct_yolo_boxes_cpu(dets.bbox, w, h, netw, neth, new_w, new_h, relative)
+    return dets
+
+
+def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.5,
+                      relative: bool = True, b: int = 0, letterbox: bool = True) -> Detections:
+    """get_network_boxes: the detections of every yolo layer, in layer order, for image b.
+
+    `hier` is Darknet's hierarchical threshold; only [region] layers with a class tree use it,
+    so with [yolo] outputs it changes nothing (as in Darknet)."""
+    layers = yolo_layers(net)
+    parts = [get_yolo_detections(l, w, h, net.w, net.h, thresh, relative, b, letterbox)
+             for l in layers]
+    classes = layers[-1].classes
+    if any(l.classes != classes for l in layers):
+        raise CfgError("the yolo layers of this cfg disagree on the number of classes")
+    if not parts:
+        return Detections.empty(classes)
+    return Detections(np.concatenate([p.bbox for p in parts]),
+                      np.concatenate([p.objectness for p in parts]),
+                      np.concatenate([p.prob for p in parts]))
+
+
+def do_nms_sort(dets: Detections, nms: float = 0.45) -> Detections:
+    """do_nms_sort: per class, suppress boxes overlapping a more probable one by IoU > nms.
+    Returns the detections in Darknet's final order, with suppressed class probs set to 0."""
+    order = np.empty(len(dets), np.int64)
+    prob = np.ascontiguousarray(dets.prob)
+    do_nms_sort_cpu(order, np.ascontiguousarray(dets.bbox), np.ascontiguousarray(dets.objectness),
+                    prob, np.float32(nms))
+    return Detections(dets.bbox[order], dets.objectness[order], prob[order])
+
+
+def box_corners(bbox: np.ndarray, im_w: int, im_h: int) -> np.ndarray:
+    """draw_detections' pixel corners of relative (x, y, w, h) boxes: (int)((x -/+ w/2) * im_w)
+    in double, truncated toward zero, clipped to the image. Returns (count, 4) int: left, top,
+    right, bot."""
+    b = np.asarray(bbox, np.float64).reshape(-1, 4)
+    x, y, w, h = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
+    c = np.trunc(np.stack([(x - w / 2) * im_w, (y - h / 2) * im_h,
+                           (x + w / 2) * im_w, (y + h / 2) * im_h], axis=1)).astype(np.int64)
+    c[:, 0] = np.maximum(c[:, 0], 0)
+    c[:, 1] = np.maximum(c[:, 1], 0)
+    c[:, 2] = np.minimum(c[:, 2], im_w - 1)
+    c[:, 3] = np.minimum(c[:, 3], im_h - 1)
+    return c
+
+
+def detection_results(dets: Detections, im_w: int, im_h: int, thresh: float,
+                      names: list[str]) -> list[dict]:
+    """What draw_detections prints, in its order: one entry per box and class whose prob is
+    > thresh, with the box's corners (pixels) and relative centre form. `label` is the drawn
+    label (all the box's classes over thresh, the first one giving the colour)."""
+    t = np.float32(thresh)
+    rows, cols = np.nonzero(dets.prob > t)
+    if rows.size == 0:
+        return []
+    corners = box_corners(dets.bbox[rows], im_w, im_h)
+    labels = {}
+    for r, c in zip(rows.tolist(), cols.tolist()):
+        labels.setdefault(r, []).append(c)
+    out = []
+    for k, (r, c) in enumerate(zip(rows.tolist(), cols.tolist())):
+        p = float(dets.prob[r, c])
+        x, y, w, h = (float(v) for v in dets.bbox[r])
+        left, top, right, bot = (int(v) for v in corners[k])
+        out.append({
+            "box": r, "class_id": c, "name": names[c], "prob": p, "percent": _percent(p),
+            "left": left, "top": top, "right": right, "bottom": bot,
+            "x": x, "y": y, "w": w, "h": h,
+            "objectness": float(dets.objectness[r]),
+            "label_class": labels[r][0],
+            "label": ", ".join(names[j] for j in labels[r]),
+        })
+    return out
+
+
+def _percent(p: float) -> str:
+    """printf("%.0f%%", prob*100) with the product in float32, as the C computes it."""
+    return f"{float(np.float32(p) * np.float32(100)):.0f}%"
+
+
+def format_lines(results: list[dict]) -> list[str]:
+    """Darknet's printed lines: `name: NN%`."""
+    return [f"{d['name']}: {d['percent']}" for d in results]
+
+
+def network_input(net, images: list[np.ndarray], letterbox: bool = True) -> np.ndarray:
+    """(net.batch, c, net.h, net.w) float32: each (3, h, w) image letterboxed (or resized) to
+    the network, zero rows for unused batch slots."""
+    from .image import letterbox_image, resize_image
+    if len(images) > net.batch:
+        raise ValueError(f"{len(images)} images for a network of batch {net.batch}")
+    x = np.zeros((net.batch, net.c, net.h, net.w), np.float32)
+    for i, im in enumerate(images):
+        x[i] = letterbox_image(im, net.w, net.h) if letterbox else resize_image(im, net.w, net.h)
+    return x
+
+
+def detect(net, images: list[np.ndarray], thresh: float = 0.5, hier: float = 0.5,
+           nms: float = 0.45, letterbox: bool = True) -> list[Detections]:
+    """test_detector for up to net.batch images ((3, h, w) float32 each): letterbox, forward,
+    get_network_boxes (relative to each image), do_nms_sort when nms > 0."""
+    yolo_layers(net)
+    net.forward(network_input(net, images, letterbox), train=False)
+    out = []
+    for b, im in enumerate(images):
+        dets = get_network_boxes(net, im.shape[2], im.shape[1], thresh, hier, True, b, letterbox)
+        out.append(do_nms_sort(dets, nms) if nms else dets)
+    return out
