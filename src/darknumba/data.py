@@ -1,0 +1,278 @@
+"""Detection data as Darknet users keep it: `.data` files (`read_data_cfg`), image lists
+(`get_paths`), and YOLO label files found by Darknet's rule (`fill_truth_detection`'s
+find_replace chain). Every problem is reported once, with file and line, through a `DataIssues`
+policy: "skip" drops the image with a warning, "stop" raises `DataError` at the first one.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DataError
+
+POLICIES = ("skip", "stop")
+
+
+# -- .data files ---------------------------------------------------------------------------------
+@dataclass
+class DataConfig:
+    """A parsed `.data` file (Darknet's `read_data_cfg`); relative paths as written in it."""
+    path: str
+    classes: int = 0
+    train: str | None = None
+    valid: str | None = None
+    names: str | None = None
+    backup: str = "backup/"
+    eval: str | None = None
+    options: dict = field(default_factory=dict)
+
+    def resolve(self, p: str | None) -> str | None:
+        """A path from the .data file: as written if it exists (Darknet resolves from the working
+        directory), else relative to the .data file's folder."""
+        if p is None or os.path.isabs(p) or os.path.exists(p):
+            return p
+        alt = os.path.join(os.path.dirname(os.path.abspath(self.path)), p)
+        return alt if os.path.exists(alt) else p
+
+    def class_names(self) -> list[str]:
+        if not self.names:
+            return [str(i) for i in range(self.classes)]
+        names = read_list(self.resolve(self.names), what="names file")
+        if self.classes and len(names) < self.classes:
+            raise DataError(f"{self.names}: {len(names)} names for classes={self.classes} "
+                            f"(in {self.path})")
+        return names
+
+
+def read_data_cfg(path) -> DataConfig:
+    """read_data_cfg: `key = value` lines, `#` comments. classes must be a positive integer."""
+    path = os.fspath(path)
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise DataError(f"{path}: cannot read .data file: {e.strerror}") from None
+    opts = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        s = line.split("#", 1)[0].strip()
+        if not s:
+            continue
+        if "=" not in s:
+            raise DataError(f"{path}:{lineno}: expected `key = value`, found {line.strip()!r}")
+        k, v = (t.strip() for t in s.split("=", 1))
+        opts[k] = v
+    dc = DataConfig(path=path, options=opts)
+    if "classes" in opts:
+        try:
+            dc.classes = int(opts["classes"])
+        except ValueError:
+            raise DataError(f"{path}: classes = {opts['classes']!r} is not an integer") from None
+    if dc.classes <= 0:
+        raise DataError(f"{path}: `classes` must be a positive integer (found "
+                        f"{opts.get('classes', 'nothing')})")
+    for k in ("train", "valid", "names", "eval"):
+        setattr(dc, k, opts.get(k))
+    dc.backup = opts.get("backup", "backup/")
+    return dc
+
+
+def read_list(path, what: str = "list") -> list[str]:
+    """get_paths / get_labels: one entry per non-empty line."""
+    try:
+        with open(path) as f:
+            return [ln.strip() for ln in f if ln.strip()]
+    except OSError as e:
+        raise DataError(f"{path}: cannot read {what}: {e.strerror}") from None
+
+
+def get_paths(list_path, base: str | None = None) -> list[str]:
+    """The images of a list file; a relative entry that does not exist from the working
+    directory is tried relative to the list's folder."""
+    paths = read_list(list_path, what="image list")
+    if base is None:
+        base = os.path.dirname(os.path.abspath(list_path))
+    return [p if os.path.isabs(p) or os.path.exists(p) else os.path.join(base, p) for p in paths]
+
+
+# -- labels --------------------------------------------------------------------------------------
+_LABEL_RULES = (("images", "labels"), ("JPEGImages", "labels"), ("raw", "labels"))
+_IMAGE_EXTS = (".jpg", ".png", ".JPG", ".JPEG", ".jpeg", ".bmp", ".BMP", ".PNG")
+
+
+def label_path(image_path: str) -> str:
+    """Darknet's rule: images -> labels, JPEGImages -> labels, raw -> labels, extension -> .txt.
+    (Darknet replaces the first occurrence anywhere in the path; so do we.)"""
+    p = image_path
+    for a, b in _LABEL_RULES:
+        p = p.replace(a, b, 1) if a in p else p
+    root, ext = os.path.splitext(p)
+    return root + ".txt" if ext in _IMAGE_EXTS or ext.lower() in _IMAGE_EXTS else p + ".txt"
+
+
+@dataclass
+class Issue:
+    kind: str          # missing-image, missing-label, unreadable-image, bad-class, ...
+    file: str
+    line: int | None
+    message: str
+
+    def __str__(self):
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        return f"{where}: {self.message}"
+
+
+class DataIssues:
+    """Collects data problems; each (file, line, kind) is reported once. policy "skip": warn on
+    stderr and drop the image; "stop": raise DataError at once."""
+
+    def __init__(self, policy: str = "skip", log=None):
+        if policy not in POLICIES:
+            raise DataError(f"unknown bad-data policy {policy!r}: expected one of {POLICIES}")
+        self.policy = policy
+        self.log = log or (lambda m: print(m, file=sys.stderr))
+        self.issues: list[Issue] = []
+        self._seen: set = set()
+        self.skipped_images: set[str] = set()
+        self._lock = threading.Lock()
+
+    def report(self, kind, file, line, message, image=None):
+        key = (kind, file, line)
+        with self._lock:
+            if key in self._seen:
+                return
+            self._seen.add(key)
+            issue = Issue(kind, file, line, message)
+            self.issues.append(issue)
+        if self.policy == "stop":
+            raise DataError(f"{issue} (bad-data policy is `stop`; use `skip` to train on)")
+        if image is not None:
+            self.skipped_images.add(image)
+        self.log(f"warning: {issue}; skipping {image or 'it'}")
+
+    def summary(self) -> str:
+        if not self.issues:
+            return "data: no problems found"
+        kinds: dict[str, int] = {}
+        for i in self.issues:
+            kinds[i.kind] = kinds.get(i.kind, 0) + 1
+        parts = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items()))
+        return (f"data: {len(self.issues)} problem(s) ({parts}); "
+                f"{len(self.skipped_images)} image(s) skipped")
+
+
+def parse_label_file(path: str, classes: int, issues: DataIssues, image: str | None = None):
+    """read_boxes with checks: each line `class x y w h` (relative). Returns an (n, 5) float32
+    array [x, y, w, h, class], or None if the file has a problem (reported to `issues`)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        issues.report("missing-label", path, None, "label file not found "
+                      f"(looked for it by Darknet's rule from {image})", image)
+        return None
+    except (OSError, UnicodeDecodeError) as e:
+        issues.report("unreadable-label", path, None, f"cannot read label file: {e}", image)
+        return None
+    boxes = []
+    for lineno, line in enumerate(lines, 1):
+        tok = line.split()
+        if not tok:
+            continue
+        problem = _check_label_line(tok, classes)
+        if problem is not None:
+            kind, msg = problem
+            issues.report(kind, path, lineno, f"{msg}: {line.strip()!r}", image)
+            return None
+        cls, x, y, w, h = int(tok[0]), *map(float, tok[1:])
+        boxes.append((x, y, w, h, cls))
+    return np.asarray(boxes, dtype=np.float32).reshape(-1, 5)
+
+
+def _check_label_line(tok, classes):
+    if len(tok) != 5:
+        return "malformed-line", f"expected 5 fields `class x y w h`, found {len(tok)}"
+    try:
+        cls = int(tok[0])
+    except ValueError:
+        return "malformed-line", f"class id {tok[0]!r} is not an integer"
+    try:
+        x, y, w, h = map(float, tok[1:])
+    except ValueError:
+        return "malformed-line", "coordinates are not numbers"
+    if any(math.isnan(v) or math.isinf(v) for v in (x, y, w, h)):
+        return "nan", "NaN or Inf coordinate"
+    if cls < 0 or cls >= classes:
+        return "bad-class", f"class id {cls} outside 0..{classes - 1} (classes={classes})"
+    if not (0 <= x <= 1 and 0 <= y <= 1 and 0 <= w <= 1 and 0 <= h <= 1):
+        return "out-of-range", "coordinates outside [0,1]"
+    return None
+
+
+# -- the dataset ---------------------------------------------------------------------------------
+class DetectionDataset:
+    """Image paths and their (already validated) boxes, loaded once from the label files."""
+
+    def __init__(self, paths, classes: int, issues: DataIssues | None = None,
+                 check_images: bool = False):
+        self.classes = classes
+        self.issues = issues or DataIssues()
+        self.paths: list[str] = []
+        self.boxes: list[np.ndarray] = []
+        for p in paths:
+            if not os.path.exists(p):
+                self.issues.report("missing-image", p, None, "image file not found", p)
+                continue
+            if check_images and not image_readable(p, self.issues):
+                continue
+            b = parse_label_file(label_path(p), classes, self.issues, image=p)
+            if b is None:
+                continue
+            self.paths.append(p)
+            self.boxes.append(b)
+        if not self.paths:
+            raise DataError(f"no usable images ({self.issues.summary()})")
+
+    def __len__(self):
+        return len(self.paths)
+
+    @classmethod
+    def from_list(cls, list_path, classes, issues=None, check_images=False):
+        return cls(get_paths(list_path), classes, issues, check_images)
+
+
+def image_readable(path: str, issues: DataIssues) -> bool:
+    from PIL import Image
+    try:
+        with Image.open(path) as im:
+            im.verify()
+        return True
+    except Exception as e:  # PIL raises many kinds for a broken file
+        issues.report("unreadable-image", path, None, f"cannot decode image ({e})", path)
+        return False
+
+
+def check_data(data_path, which=("train", "valid"), policy: str = "skip", log=None):
+    """`darknumba data check`: every list in the .data file, every image decoded and every
+    label line checked. Returns (DataConfig, {list name: usable images}, DataIssues)."""
+    dc = read_data_cfg(data_path)
+    issues = DataIssues(policy, log=log)
+    counts = {}
+    if dc.names:
+        dc.class_names()
+    for k in which:
+        lst = getattr(dc, k)
+        if not lst:
+            continue
+        paths = get_paths(dc.resolve(lst))
+        try:
+            counts[k] = len(DetectionDataset(paths, dc.classes, issues, check_images=True))
+        except DataError:
+            if policy == "stop":
+                raise
+            counts[k] = 0
+    return dc, counts, issues
