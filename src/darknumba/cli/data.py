@@ -1,0 +1,40 @@
+"""`darknumba data check DATA` and `darknumba data shapes OUT`."""
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+data_app = typer.Typer(help="Check a dataset, or generate the synthetic shapes dataset.",
+                       no_args_is_help=True)
+
+
+@data_app.command("check")
+def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")],
+          policy: Annotated[str, typer.Option(help="skip: report every problem; stop: fail at the first")] = "skip"):
+    """Decode every image and check every label line of the train and valid lists."""
+    from ..data import check_data
+    dc, counts, issues = check_data(data, policy=policy, log=lambda m: typer.echo(m, err=True))
+    for k, n in counts.items():
+        typer.echo(f"{k}: {n} usable images")
+    typer.echo(issues.summary())
+    if issues.issues:
+        raise typer.Exit(1)
+
+
+@data_app.command("shapes")
+def shapes(out: Annotated[Path, typer.Argument(help="output folder")],
+           n: Annotated[int, typer.Option("--n", help="number of images")] = 2000,
+           valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
+           seed: Annotated[int, typer.Option(help="random seed")] = 0):
+    """Coloured circles, squares and triangles on textured backgrounds, with a train/valid
+    split, shapes.data and shapes.names (train it with cfg/shapes-tiny.cfg)."""
+    from tqdm import tqdm
+
+    from ..shapes import generate_shapes
+    with tqdm(total=n, unit="img", leave=False) as bar:
+        data = generate_shapes(out, n=n, valid_fraction=valid, seed=seed, progress=bar.update)
+    typer.echo(f"wrote {n} images; data file: {data}")
+
+
+def register(app: typer.Typer):
+    app.add_typer(data_app, name="data")
