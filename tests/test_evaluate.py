@@ -1,0 +1,79 @@
+"""mAP on hand-made cases: VOC all-point AP, COCO mAP@[.5:.95], P/R/F1/IoU at a threshold."""
+import numpy as np
+import pytest
+
+from darknumba.evaluate import box_iou, compute_map, recall_stats, voc_ap
+
+A = [0.2, 0.2, 0.1, 0.1]
+B = [0.5, 0.5, 0.1, 0.1]
+C = [0.8, 0.8, 0.1, 0.1]
+
+
+def det(img, cls, score, box):
+    return [img, cls, score, *box]
+
+
+def test_box_iou():
+    assert box_iou(A, A)[0, 0] == pytest.approx(1.0)
+    assert box_iou(A, B)[0, 0] == 0.0
+    half = [0.25, 0.2, 0.1, 0.1]            # shifted by half a width: 1/3
+    assert box_iou(A, half)[0, 0] == pytest.approx(1 / 3)
+
+
+def test_perfect_detections():
+    truths = [np.array([A + [0], B + [1]]), np.array([C + [2]])]
+    dets = [det(0, 0, .9, A), det(0, 1, .8, B), det(1, 2, .7, C)]
+    r = compute_map(dets, truths, 3)
+    np.testing.assert_allclose(r.ap50, 1.0)
+    assert r.map50 == pytest.approx(1.0) and r.map_coco == pytest.approx(1.0)
+    assert (r.tp, r.fp, r.fn) == (3, 0, 0)
+    assert r.f1 == pytest.approx(1.0) and r.avg_iou == pytest.approx(1.0)
+
+
+def test_voc_all_point_by_hand():
+    """Scores .9 TP(A), .8 FP, .7 TP(B), .6 duplicate of A (FP); C never found.
+    precision 1, 1/2, 2/3, 1/2 at recall 1/3, 1/3, 2/3, 2/3 -> AP = 1/3*1 + 1/3*2/3 = 5/9."""
+    truths = [np.array([A + [0], B + [0], C + [0]])]
+    dets = [det(0, 0, .9, A), det(0, 0, .8, [.35, .35, .05, .05]), det(0, 0, .7, B),
+            det(0, 0, .6, [.2, .2, .1, .11])]
+    r = compute_map(dets, truths, 1, thresh=0.65)
+    assert r.ap50[0] == pytest.approx(5 / 9)
+    assert (r.tp, r.fp, r.fn) == (2, 1, 1)
+    assert r.precision == pytest.approx(2 / 3) and r.recall == pytest.approx(2 / 3)
+    assert r.f1 == pytest.approx(2 / 3)
+    assert voc_ap(np.array([1 / 3, 1 / 3, 2 / 3, 2 / 3]), np.array([1, .5, 2 / 3, .5])) == \
+        pytest.approx(5 / 9)
+
+
+def test_wrong_class_and_low_iou_are_false_positives():
+    truths = [np.array([A + [0]])]
+    low = [0.2 + 0.07, 0.2, 0.1, 0.1]         # IoU 0.03/0.17 < 0.5
+    r = compute_map([det(0, 1, .9, A), det(0, 0, .8, low)], truths, 2)
+    assert r.ap50[0] == 0.0 and r.map50 == 0.0        # class 1 has no truths: not averaged
+    assert (r.tp, r.fp, r.fn) == (0, 2, 1)
+
+
+def test_coco_map_counts_iou_thresholds():
+    """One truth, one detection with IoU 0.78: a hit at .50 .. .75 (6 of 10 thresholds)."""
+    d = 0.2 * (1 - 0.78) / 1.78
+    box = [0.5 + d, 0.5, 0.2, 0.2]
+    truths = [np.array([[0.5, 0.5, 0.2, 0.2, 0]])]
+    assert box_iou(box, truths[0][:, :4])[0, 0] == pytest.approx(0.78)
+    r = compute_map([det(0, 0, .9, box)], truths, 1)
+    assert r.map50 == pytest.approx(1.0)
+    assert r.map_coco == pytest.approx(0.6)
+    assert r.avg_iou == pytest.approx(0.78)
+
+
+def test_images_are_matched_separately():
+    truths = [np.array([A + [0]]), np.array([A + [0]])]
+    r = compute_map([det(0, 0, .9, A), det(0, 0, .8, A)], truths, 1)   # both on image 0
+    assert (r.tp, r.fp, r.fn) == (1, 1, 1)
+    assert r.ap50[0] == pytest.approx(0.5)
+
+
+def test_recall_stats():
+    n, correct, iou = recall_stats(np.array([A, [0.5, 0.5, 0.3, 0.3]]),
+                                   np.array([A + [0], B + [1], C + [0]]))
+    assert (n, correct) == (3, 1)
+    assert iou == pytest.approx(1 + 1 / 9)
