@@ -1,0 +1,352 @@
+"""Darknet's `train_detector` (examples/detector.c) and `partial` (darknet.c).
+
+The loop reads top to bottom: load the data, build the network, then per iteration take a batch
+from the background loader, run `train_datum` on each of its `subdivisions` slices, print
+Darknet's line, checkpoint on schedule. Every file is written atomically (temporary + rename).
+"""
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .augment import AugmentConfig
+from .data import DataIssues, DetectionDataset, get_paths, read_data_cfg
+from .errors import DarknumbaError, WeightsError
+from .loader import DetectionLoader, MultiScale
+from .parser import load_network
+from .weights import atomic_write, read_header, save_weights
+
+
+class TrainingStopped(DarknumbaError):
+    """The run stopped on a NaN/Inf loss; the message names the iteration and the layer."""
+
+
+@dataclass
+class Schedule:
+    """When to write checkpoints (Darknet: `_<iter>.weights` every 100 below 1000, then every
+    10000; `.backup` every 100)."""
+    every: int = 100
+    until: int = 1000
+    every_after: int = 10000
+    backup_every: int = 100
+
+    def weights_due(self, i: int) -> bool:
+        return i % self.every_after == 0 or (i < self.until and i % self.every == 0)
+
+    def backup_due(self, i: int) -> bool:
+        return i % self.backup_every == 0
+
+
+@dataclass
+class TrainOptions:
+    weights: str | None = None     # starting weights (a full or partial .weights file)
+    clear: bool = False            # reset seen to 0 (fine-tuning)
+    seed: int = 0
+    workers: int = 2               # loader threads
+    bad_data: str = "skip"         # skip | stop
+    stats_every: int = 0           # print per-yolo-layer stats every N iterations (0: never)
+    chart: bool = True             # chart.png (needs matplotlib)
+    chart_every: int = 10
+    backup: str | None = None      # overrides the .data file's backup folder
+    max_batches: int | None = None # overrides [net] max_batches
+    schedule: Schedule = field(default_factory=Schedule)
+    progress: bool = True          # tqdm bar with ETA
+    letterbox: bool = False        # place images letterboxed instead of Darknet's jitter crop
+    map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never)
+
+
+def load_partial_weights(net, path) -> int:
+    """Load a .weights file that may cover only the first k layers (as `partial` writes, and as
+    Darknet's load_weights accepts by reading until the file ends). Returns k. A file that ends
+    inside a layer is an error naming that layer."""
+    from .weights import load_weights
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(20)
+    _, _, _, pos = read_header(head, os.fspath(path))
+    if pos == size:
+        load_weights(net, path, cutoff=0)
+        return 0
+    for k, l in enumerate(net.layers):
+        if not l.dontload:
+            pos += 4 * sum(a.size for _, a in l.weight_records())
+        if pos == size:
+            load_weights(net, path, cutoff=k + 1)
+            return k + 1
+        if pos > size:
+            raise WeightsError(f"{path}: the file ends inside layer {k} ({l.type}): "
+                               f"{size} bytes, layers 0..{k} need {pos}")
+    raise WeightsError(f"{path}: {size - pos} bytes left over after the last layer "
+                       "(weights do not fit this cfg)")
+
+
+def partial(cfg, weights, out, n: int, log=print):
+    """partial: load the full network (seen reset to 0), save layers [0, n) only."""
+    net = load_network(cfg, weights, batch=1, clear=True)
+    if not 0 <= n <= net.n:
+        raise DarknumbaError(f"partial: N = {n} outside 0..{net.n} ({cfg} has {net.n} layers)")
+    save_weights(net, out, cutoff=n)
+    log(f"saved layers 0..{n - 1} of {cfg} to {out}")
+
+
+def find_nonfinite_layer(net):
+    """(index, layer type, what) of the first layer whose cost, output or delta is not finite."""
+    for i, l in enumerate(net.layers):
+        if l.cost is not None and not math.isfinite(float(l.cost)):
+            return i, l.type, "cost"
+        if not np.isfinite(l.output).all():
+            return i, l.type, "output"
+    for i in range(net.n - 1, -1, -1):
+        l = net.layers[i]
+        if l.delta is not None and not np.isfinite(l.delta).all():
+            return i, l.type, "delta"
+    return None
+
+
+def yolo_stats_lines(net) -> list[str]:
+    """Each yolo layer's `Region NN Avg IOU ...` line from its last training forward."""
+    return [l.stats_line() for l in net.layers if l.type == "yolo" and l.stats_line()]
+
+
+class LossChart:
+    """chart.png like AlexeyAB's: loss and average loss per iteration, mAP when measured."""
+
+    def __init__(self, path, max_batches):
+        self.path, self.max_batches = path, max_batches
+        self.iters, self.loss, self.avg = [], [], []
+        self.map_points: list[tuple[int, float]] = []
+        try:
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            self.plt = plt
+        except ImportError:
+            self.plt = None
+
+    def add(self, i, loss, avg):
+        self.iters.append(i)
+        self.loss.append(loss)
+        self.avg.append(avg)
+
+    def save(self):
+        if self.plt is None or not self.iters:
+            return
+        plt = self.plt
+        fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
+        ax.plot(self.iters, self.loss, color="0.75", lw=0.8, label="loss")
+        ax.plot(self.iters, self.avg, color="tab:blue", lw=1.5, label="avg loss")
+        ax.set_xlim(0, max(self.max_batches, self.iters[-1]))
+        top = np.percentile(self.avg, 99) * 1.5 if len(self.avg) > 5 else max(self.avg) * 1.2
+        ax.set_ylim(0, max(top, 1e-3))
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("loss")
+        ax.grid(alpha=0.3)
+        if self.map_points:
+            ax2 = ax.twinx()
+            x, y = zip(*self.map_points)
+            ax2.plot(x, [100 * v for v in y], "o-", color="tab:red", label="mAP@0.5 %")
+            ax2.set_ylim(0, 100)
+            ax2.set_ylabel("mAP@0.5 %")
+            ax2.legend(loc="upper right")
+        ax.legend(loc="upper left")
+        ax.set_title(f"iteration {self.iters[-1]}: avg loss {self.avg[-1]:.4f}")
+        import io
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")
+        plt.close(fig)
+        atomic_write(self.path, buf.getvalue())
+
+
+class ValidMap:
+    """mAP@0.5 on the .data file's valid list during training (AlexeyAB's `-map`), with a
+    test copy of the network (batch 8) at the cfg size."""
+
+    def __init__(self, dc, cfgfile, issues):
+        lst = dc.resolve(dc.valid)
+        if not lst:
+            raise DarknumbaError(f"{dc.path}: mAP during training needs a `valid` list")
+        self.ds = DetectionDataset(get_paths(lst), dc.classes, issues)
+        self.net = load_network(cfgfile, None, batch=8)
+        self.classes, self.names = dc.classes, dc.class_names()
+
+    def __call__(self, net) -> float:
+        from .evaluate import evaluate_map
+        for src, dst in zip(net.layers, self.net.layers):
+            for (_, a), (_, b) in zip(src.weight_records(), dst.weight_records()):
+                b[:] = a
+        r = evaluate_map(self.net, self.ds.paths, self.ds.boxes, self.classes, self.names)
+        return r.map50
+
+
+class _StopFlag:
+    """Ctrl-C sets a flag the loop checks between iterations; a second Ctrl-C aborts."""
+
+    def __init__(self):
+        self.set = False
+        self._old = None
+
+    def __enter__(self):
+        def handler(signum, frame):
+            if self.set:
+                raise KeyboardInterrupt
+            self.set = True
+            print("\ninterrupted: finishing this iteration, then saving (Ctrl-C again to "
+                  "abort without saving)", file=sys.stderr)
+        try:
+            self._old = signal.signal(signal.SIGINT, handler)
+        except ValueError:      # not the main thread
+            self._old = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print):
+    """train_detector for one process on the CPU. Returns a dict of what happened: iterations
+    run, the last loss/avg loss, the files written, and whether it was interrupted."""
+    opts = opts or TrainOptions()
+    dc = read_data_cfg(datacfg)
+    issues = DataIssues(opts.bad_data, log=lambda m: log(m, file=sys.stderr))
+    train_list = dc.resolve(dc.train)
+    if not train_list:
+        raise DarknumbaError(f"{datacfg}: no `train` list")
+    base = os.path.splitext(os.path.basename(cfgfile))[0]
+    backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
+    os.makedirs(backup_dir, exist_ok=True)
+
+    net = load_network(cfgfile, None)
+    if opts.weights:
+        loaded = load_partial_weights(net, opts.weights)
+        log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
+    if opts.clear:
+        net.seen = 0
+    if opts.max_batches is not None:
+        net.max_batches = opts.max_batches
+    last = net.layers[-1]
+    if last.type != "yolo":
+        raise DarknumbaError(f"{cfgfile}: the last layer is [{last.type}], a detector needs [yolo]")
+    imgs = net.batch * net.subdivisions
+    start = net.current_batch()
+    if start >= net.max_batches:
+        raise DarknumbaError(
+            f"nothing to train: the weights have seen {net.seen} images = iteration {start}, "
+            f"and max_batches is {net.max_batches}. Pass --clear to start the count at 0 "
+            f"(fine-tuning), or raise max_batches in {cfgfile}")
+
+    ds = DetectionDataset(get_paths(train_list), dc.classes, issues)
+    if last.classes != dc.classes:
+        raise DarknumbaError(f"{cfgfile} has classes={last.classes} in its yolo layers, "
+                             f"{datacfg} has classes={dc.classes}")
+    log(f"{base}: {len(ds)} training images, batch {imgs} (subdivisions {net.subdivisions}), "
+        f"learning rate {net.learning_rate}, momentum {net.momentum}, decay {net.decay}; "
+        f"starting at iteration {start} of {net.max_batches}")
+    aug = AugmentConfig.from_network(net, letterbox=opts.letterbox)
+    scales = MultiScale(net.w, net.h, bool(getattr(last, "random", 0)), opts.seed,
+                        net.max_batches)
+    chart = LossChart(os.path.join(backup_dir, "chart.png") if opts.chart else os.devnull,
+                      net.max_batches)
+    if opts.chart and chart.plt is None:
+        log("chart.png: matplotlib is not installed (pip install darknumba[chart]); no chart",
+            file=sys.stderr)
+    valid_map = ValidMap(dc, cfgfile, issues) if opts.map_every else None
+    written: list[str] = []
+
+    def save(path):
+        save_weights(net, path)
+        written.append(path)
+        log(f"Saving weights to {path}")
+
+    bar = None
+    if opts.progress:
+        from tqdm import tqdm
+        bar = tqdm(total=net.max_batches, initial=start, unit="it", dynamic_ncols=True,
+                   file=sys.stderr, leave=False)
+    avg_loss = -1.0
+    loss = math.nan
+    i = start
+    interrupted = False
+    loader = DetectionLoader(ds, imgs, aug, scales, seed=opts.seed, start=start,
+                             workers=opts.workers)
+    try:
+        with _StopFlag() as stop:
+            while net.current_batch() < net.max_batches:
+                t0 = time.time()
+                X, T = next(loader)
+                h, w = X.shape[2], X.shape[3]
+                if (w, h) != (net.w, net.h):
+                    log(f"Resizing to {w} x {h}")
+                    net.resize(w, h)
+                t_load = time.time() - t0
+                t0 = time.time()
+                total = 0.0
+                for s in range(net.subdivisions):
+                    sl = slice(s * net.batch, (s + 1) * net.batch)
+                    err = net.train_datum(X[sl], T[sl])
+                    if not math.isfinite(err):
+                        bad = find_nonfinite_layer(net)
+                        where = (f"layer {bad[0]} ({bad[1]}) {bad[2]}" if bad else
+                                 "no single layer (the sum overflowed)")
+                        keep = written[-1] if written else "none written yet"
+                        raise TrainingStopped(
+                            f"iteration {net.current_batch()}: loss is {err} (first non-finite "
+                            f"values in {where}); stopping without saving. Last good checkpoint: "
+                            f"{keep}. Try a lower learning_rate or a longer burn_in")
+                    total += err
+                loss = total / imgs
+                avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
+                i = net.current_batch()
+                line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
+                        f"{time.time() - t0:f} seconds, {i * imgs} images "
+                        f"(loaded in {t_load:.3f} s)")
+                if bar is not None:
+                    bar.write(line, file=sys.stdout)
+                    bar.update(1)
+                    bar.set_postfix(loss=f"{loss:.3f}", avg=f"{avg_loss:.3f}")
+                else:
+                    log(line)
+                if opts.stats_every and i % opts.stats_every == 0:
+                    for s in yolo_stats_lines(net):
+                        log(s)
+                chart.add(i, loss, avg_loss)
+                if valid_map is not None and i % opts.map_every == 0:
+                    m = valid_map(net)
+                    chart.map_points.append((i, m))
+                    log(f"mAP@0.5 on {len(valid_map.ds)} valid images at iteration {i}: "
+                        f"{100 * m:.2f} %")
+                if opts.chart and i % opts.chart_every == 0:
+                    chart.save()
+                if opts.schedule.backup_due(i):
+                    save(os.path.join(backup_dir, f"{base}.backup"))
+                if opts.schedule.weights_due(i):
+                    save(os.path.join(backup_dir, f"{base}_{i}.weights"))
+                if stop.set:
+                    interrupted = True
+                    break
+    except KeyboardInterrupt:
+        interrupted = True
+        log("aborted without saving", file=sys.stderr)
+        return {"iterations": i - start, "loss": loss, "avg_loss": avg_loss, "written": written,
+                "interrupted": True, "issues": issues}
+    finally:
+        loader.close()
+        if bar is not None:
+            bar.close()
+    if opts.chart:
+        chart.save()
+    if interrupted:
+        save(os.path.join(backup_dir, f"{base}.backup"))
+        log(f"stopped at iteration {i}; resume with the same command and {written[-1]}")
+    else:
+        save(os.path.join(backup_dir, f"{base}_final.weights"))
+    if issues.issues:
+        log(issues.summary(), file=sys.stderr)
+    return {"iterations": i - start, "loss": loss, "avg_loss": avg_loss, "written": written,
+            "interrupted": interrupted, "issues": issues, "final_iteration": i}
