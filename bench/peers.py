@@ -1,0 +1,291 @@
+"""darknumba against its peers on the same network and inputs, interleaved, on this CPU.
+
+    pip install -e '.[bench]'          # opencv-python-headless<5, torch (CPU)
+    python bench/peers.py [--cfg cfg/yolov3-tiny.cfg] [--rounds 5] [--reps 10]
+                          [--train-batch 8] [--darknet PATH/TO/darknet]
+
+Each peer runs in its own subprocess (so no two thread pools share a process); rounds
+alternate between peers; the table gives min and median ms per image, images/s, effective
+GFLOPS, peak RSS, and the ratio to darknumba. PyTorch runs the identical network: it is built
+from our parsed cfg with our loaded weights copied in, and its output is checked against ours
+before it is timed. C darknet is timed when --darknet points to a built `darknet` binary
+(its `detector test` prints 'Predicted in X seconds').
+"""
+import argparse
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# workers: each runs in a fresh process and prints one JSON line
+# ---------------------------------------------------------------------------------------------
+def _input(net_c, h, w, batch, seed=0):
+    import numpy as np
+    return np.random.default_rng(seed).uniform(0, 1, (batch, net_c, h, w)).astype(np.float32)
+
+
+def _yolo_truth(net, batch):
+    import numpy as np
+    rng = np.random.default_rng(1)
+    t = np.zeros((batch, net.truths), np.float32)
+    for b in range(batch):
+        for k in range(5):
+            t[b, 5 * k:5 * k + 5] = [rng.uniform(.1, .9), rng.uniform(.1, .9), rng.uniform(.05, .4),
+                                     rng.uniform(.05, .4), rng.integers(0, 80)]
+    return t
+
+
+def work_darknumba(args):
+    import numpy as np
+    import darknumba as dn
+    batch = args.batch
+    net = dn.load_network(args.cfg, args.weights, batch=batch)
+    x = _input(net.c, net.h, net.w, batch)
+    if args.mode == "infer":
+        step = lambda: net.forward(x)       # noqa: E731
+    else:
+        net.learning_rate = 1e-6
+        truth = _yolo_truth(net, batch)
+        net.subdivisions = 1
+        step = lambda: net.train_datum(x, truth)    # noqa: E731
+    return _time(step, args)
+
+
+def _time(step, args):
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.reps):
+        t = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t)
+    return {"times": times, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+
+def work_opencv(args):
+    import cv2
+    cv2.setNumThreads(os.cpu_count())
+    net = cv2.dnn.readNetFromDarknet(args.cfg, args.weights)
+    net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+    net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
+    names = net.getUnconnectedOutLayersNames()
+    import darknumba as dn
+    d = dn.parse_network_cfg(args.cfg, batch=1)
+    x = _input(d.c, d.h, d.w, args.batch)
+
+    def step():
+        net.setInput(x)
+        net.forward(names)
+    return _time(step, args)
+
+
+def torch_model(net):
+    """The parsed darknumba network as a torch.nn.Module with the same weights."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    class Dark(nn.Module):
+        def __init__(self, train_mode):
+            super().__init__()
+            self.mods = nn.ModuleList()
+            self.net = net
+            for l in net.layers:
+                m = nn.Identity()
+                if l.type == "convolutional":
+                    conv = nn.Conv2d(l.c, l.n, l.size, l.stride, l.pad, groups=l.groups,
+                                     bias=not l.batch_normalize)
+                    conv.weight.data = torch.from_numpy(l.weights.reshape(conv.weight.shape).copy())
+                    if l.batch_normalize:
+                        bn = nn.BatchNorm2d(l.n, eps=1e-6, momentum=0.01)
+                        bn.weight.data = torch.from_numpy(l.scales.copy())
+                        bn.bias.data = torch.from_numpy(l.biases.copy())
+                        bn.running_mean = torch.from_numpy(l.rolling_mean.copy())
+                        bn.running_var = torch.from_numpy(l.rolling_variance.copy())
+                        m = nn.Sequential(conv, bn)
+                    else:
+                        conv.bias.data = torch.from_numpy(l.biases.copy())
+                        m = conv
+                    if not train_mode and l.batch_normalize:
+                        m = torch.nn.utils.fusion.fuse_conv_bn_eval(conv.eval(), bn.eval())
+                self.mods.append(m)
+
+        def forward(self, x):
+            outs, ys = [], []
+            for l, m in zip(self.net.layers, self.mods):
+                if l.type == "convolutional":
+                    x = m(x)
+                    if l.activation == "leaky":
+                        x = F.leaky_relu(x, 0.1)
+                elif l.type == "maxpool":
+                    p = l.pad // 2
+                    x = F.pad(x, (p, l.pad - p, p, l.pad - p), value=float("-inf"))
+                    x = F.max_pool2d(x, l.size, l.stride)
+                elif l.type == "upsample":
+                    x = F.interpolate(x, scale_factor=l.stride, mode="nearest")
+                elif l.type == "route":
+                    x = torch.cat([outs[i] for i in l.input_layers], 1)
+                elif l.type == "shortcut":
+                    x = x + outs[l.index]
+                elif l.type == "yolo":
+                    b = x.shape[0]
+                    y = x.view(b, l.n, 5 + l.classes, l.h, l.w)
+                    y = torch.cat([torch.sigmoid(y[:, :, :2]), y[:, :, 2:4], torch.sigmoid(y[:, :, 4:])], 2)
+                    x = y.view(b, -1, l.h, l.w)
+                    ys.append(x)
+                else:
+                    raise NotImplementedError(l.type)
+                outs.append(x)
+            return ys
+    return Dark
+
+
+def work_torch(args):
+    import numpy as np
+    import torch
+    import darknumba as dn
+    torch.set_num_threads(os.cpu_count())
+    net = dn.load_network(args.cfg, args.weights, batch=args.batch)
+    x = _input(net.c, net.h, net.w, args.batch)
+    train = args.mode == "train"
+    model = torch_model(net)(train)
+    xt = torch.from_numpy(x).contiguous(memory_format=torch.channels_last)
+    model = model.to(memory_format=torch.channels_last)
+    if not train:
+        model.eval()
+        with torch.no_grad():
+            ys = model(xt)
+        net.forward(x)
+        worst = max(float(np.abs(y.numpy().ravel() - l.output).max())
+                    for y, l in zip(ys, [l for l in net.layers if l.type == "yolo"]))
+        if worst > 1e-2:
+            raise SystemExit(f"torch and darknumba outputs differ by {worst}: not the same network")
+
+        def step():
+            with torch.no_grad():
+                model(xt)
+    else:
+        model.train()
+        opt = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9, weight_decay=5e-4)
+        targets = None
+
+        def step():
+            nonlocal targets
+            ys = model(xt)
+            if targets is None:
+                targets = [torch.zeros_like(y) for y in ys]
+            loss = sum(((y - t) ** 2).sum() for y, t in zip(ys, targets))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    return _time(step, args)
+
+
+def work_darknet(args):
+    """C darknet: its own timing line of `detector test` (batch 1 inference only)."""
+    exe = Path(args.darknet)
+    times = []
+    img = str(ROOT.parent / "shared" / "data" / "dog.jpg")
+    for _ in range(args.reps):
+        out = subprocess.run([str(exe), "detector", "test", str(ROOT / "cfg" / "coco.data"), args.cfg,
+                              args.weights, img, "-thresh", "0.5"], cwd=exe.parent,
+                             capture_output=True, text=True)
+        m = re.search(r"Predicted in ([0-9.]+) seconds", out.stdout + out.stderr)
+        if not m:
+            raise SystemExit("darknet printed no timing:\n" + out.stderr[-2000:])
+        times.append(float(m.group(1)))
+    return {"times": times, "rss_mb": float("nan")}
+
+
+WORKERS = {"darknumba": work_darknumba, "opencv": work_opencv, "torch": work_torch, "darknet": work_darknet}
+
+
+# ---------------------------------------------------------------------------------------------
+def run_worker(peer, mode, batch, args):
+    cmd = [sys.executable, __file__, "--worker", peer, "--mode", mode, "--batch", str(batch),
+           "--cfg", args.cfg, "--weights", args.weights, "--reps", str(args.reps),
+           "--warmup", str(args.warmup)]
+    if args.darknet:
+        cmd += ["--darknet", args.darknet]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def available(peer):
+    mod = {"opencv": "cv2", "torch": "torch"}.get(peer)
+    if mod is None:
+        return True
+    try:
+        __import__(mod)
+        return True
+    except ImportError:
+        return False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cfg", default=str(ROOT / "cfg" / "yolov3-tiny.cfg"))
+    ap.add_argument("--weights", default=str(ROOT / "weights" / "yolov3-tiny.weights"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--train-batch", type=int, default=8)
+    ap.add_argument("--modes", default="infer,train")
+    ap.add_argument("--darknet", default=None, help="path to a built C darknet executable")
+    ap.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="infer", help=argparse.SUPPRESS)
+    ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.worker:
+        print(json.dumps(WORKERS[args.worker](args)))
+        return
+
+    import numpy as np
+    import darknumba as dn
+    gflop = sum(l.bflops for l in dn.parse_network_cfg(args.cfg, batch=1).layers)
+    for mode in args.modes.split(","):
+        batch = 1 if mode == "infer" else args.train_batch
+        peers = ["darknumba", "opencv", "torch"] if mode == "infer" else ["darknumba", "torch"]
+        if mode == "infer" and args.darknet:
+            peers.append("darknet")
+        peers = [p for p in peers if available(p)]
+        results = {p: {"times": [], "rss_mb": 0.0} for p in peers}
+        for _ in range(args.rounds):
+            for p in peers:
+                r = run_worker(p, mode, batch, args)
+                if "error" in r:
+                    results[p]["error"] = r["error"]
+                    continue
+                results[p]["times"] += r["times"]
+                results[p]["rss_mb"] = max(results[p]["rss_mb"], r["rss_mb"])
+        label = "inference, batch 1" if mode == "infer" else f"training step, batch {batch}"
+        flops = gflop * (1 if mode == "infer" else 3)
+        print(f"\n{Path(args.cfg).name} {label} ({args.rounds} rounds x {args.reps} reps, interleaved)")
+        print(f"{'peer':<11}{'min ms/img':>11}{'median':>9}{'images/s':>10}{'GFLOPS':>8}{'peak RSS':>10}"
+              f"{'ratio':>8}")
+        base = None
+        for p in peers:
+            r = results[p]
+            if not r["times"]:
+                print(f"{p:<11} failed: {r.get('error')}")
+                continue
+            t = np.array(r["times"]) * 1000 / batch
+            med = float(np.median(t))
+            base = base or med
+            print(f"{p:<11}{t.min():11.1f}{med:9.1f}{1000 / med:10.1f}{flops / med * 1000:8.0f}"
+                  f"{r['rss_mb']:9.0f}M{med / base:8.2f}")
+        print("ratio = median time / darknumba's median time (> 1: darknumba is faster)")
+
+
+if __name__ == "__main__":
+    main()
