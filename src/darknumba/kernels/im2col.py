@@ -6,6 +6,19 @@ data_col: (channels*ksize*ksize) x (height_col*width_col), row c = (c_im, ky, kx
 from numba import njit, prange
 
 
+@njit(cache=True, inline="always")
+def valid_span(col0, stride, n_out, width):
+    """[lo, hi): the outputs j whose input column col0 + j*stride lies in [0, width)."""
+    lo = 0
+    if col0 < 0:
+        lo = (-col0 + stride - 1) // stride
+    hi = n_out
+    last = col0 + (n_out - 1) * stride
+    if last >= width:
+        hi = n_out - ((last - width) // stride + 1)
+    return lo, max(hi, lo)
+
+
 @njit(parallel=True, cache=True)
 def im2col_cpu(data_im, channels, height, width, ksize, stride, pad, data_col):
     height_col = (height + 2 * pad - ksize) // stride + 1
@@ -26,22 +39,14 @@ def im2col_cpu(data_im, channels, height, width, ksize, stride, pad, data_col):
             continue
         # output columns whose input column w_offset + w*stride - pad lies inside the image
         col0 = w_offset - pad
-        w_lo = 0
-        if col0 < 0:
-            w_lo = (-col0 + stride - 1) // stride
-        w_hi = width_col
-        last = col0 + (width_col - 1) * stride
-        if last >= width:
-            w_hi = width_col - ((last - width) // stride + 1)
+        w_lo, w_hi = valid_span(col0, stride, width_col, width)
         dst[:w_lo] = 0.0
         if w_hi > w_lo:
             first = width * (im_row + height * c_im) + col0 + w_lo * stride
             # slices, not computed indices: numba then skips its negative-index checks and the
             # copy vectorises
             dst[w_lo:w_hi] = data_im[first:first + (w_hi - w_lo - 1) * stride + 1:stride]
-            dst[w_hi:] = 0.0
-        else:
-            dst[w_lo:] = 0.0
+        dst[w_hi:] = 0.0
 
 
 @njit(parallel=True, cache=True)

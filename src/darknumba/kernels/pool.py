@@ -7,6 +7,8 @@ cells outside the image never win (treated as -FLT_MAX); ties go to the first ma
 import numpy as np
 from numba import njit, prange
 
+from .im2col import valid_span
+
 FLT_MAX = np.float32(3.4028234663852886e38)
 
 
@@ -32,13 +34,7 @@ def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, ou
             row = in_base + cur_h * w
             for m in range(size):
                 col0 = w_offset + m                    # input column of output column 0
-                j_lo = 0
-                if col0 < 0:
-                    j_lo = (-col0 + stride - 1) // stride
-                j_hi = out_w
-                last = col0 + (out_w - 1) * stride
-                if last >= w:
-                    j_hi = out_w - ((last - w) // stride + 1)
+                j_lo, j_hi = valid_span(col0, stride, out_w, w)
                 if j_hi <= j_lo:
                     continue
                 first = row + col0 + j_lo * stride
