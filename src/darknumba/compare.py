@@ -1,0 +1,566 @@
+"""`darknumba compare`: the same network, weights and input through darknumba and through C
+darknet (a user's own build, see darknet_ref.py, or tensors recorded in an .npz), compared
+tensor by tensor in the order they are computed.
+
+Both sides are dicts in the golden fixtures' layout: ``input``, ``truth``, ``cost``,
+``L###_output`` / ``_delta`` / ``_cost`` / ``_weight_updates`` / ``_bias_updates`` /
+``_scale_updates`` / ``_rolling_mean`` / ``_rolling_variance``, ``before_L###_{weights,biases,
+scales}`` and ``after_L###_...`` (after the update). Run modes are the fixtures' own:
+``forward_test`` (forward_network, train=0, no truth), ``forward_train`` (train=1 with truth),
+``trainstep`` (train_network_datum: seen += batch, forward, backward, update_network when a full
+batch is done).
+
+A tensor passes when max |ours - darknet| <= tol * max |darknet| (the scale at least 1e-6).
+Parameters after an update are compared as the step they took (after - before), so a wrong
+learning rate is not hidden behind the size of the weights.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .darknet_ref import GRAD_FIELDS, MODES, PARAM_FIELDS, TRAIN_FORWARD_FIELDS
+from .errors import DarknumbaError
+
+DEFAULT_TOL = 1e-4
+SCALE_FLOOR = 1e-6
+KEY = re.compile(r"^(?:(before|after)_)?L(\d{3})_([a-z_]+)$")
+STEP_PARAMS = ("weights", "biases", "scales")
+AFTER_FIELDS = PARAM_FIELDS + ("weight_updates", "bias_updates", "scale_updates")
+# order inside each phase
+FORWARD_ORDER = ("output", "cost", "delta", "rolling_mean", "rolling_variance")
+BACKWARD_ORDER = ("delta", "weight_updates", "bias_updates", "scale_updates")
+
+
+@dataclass
+class Row:
+    layer: int | None        # None for network-level tensors (input, cost)
+    type: str
+    tensor: str
+    shape: str
+    max_abs: float
+    max_rel: float
+    ok: bool
+    note: str = ""
+    judged: bool = True      # False: shown for information, never fails the comparison
+
+
+@dataclass
+class Report:
+    reference: str           # "C darknet at DIR" or "FILE.npz"
+    cfg: str
+    weights: str
+    mode: str
+    tol: float
+    rows: list[Row] = field(default_factory=list)
+    scalars: dict = field(default_factory=dict)      # name -> {"darknumba": v, "darknet": v}
+    not_compared: list[str] = field(default_factory=list)
+
+    @property
+    def first_failure(self) -> Row | None:
+        return next((r for r in self.rows if r.judged and not r.ok), None)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and self.first_failure is None
+
+    def to_dict(self) -> dict:
+        f = self.first_failure
+        return {"reference": self.reference, "cfg": self.cfg, "weights": self.weights,
+                "mode": self.mode, "tol": self.tol, "passed": self.passed,
+                "first_failure": asdict(f) if f else None, "scalars": self.scalars,
+                "rows": [asdict(r) for r in self.rows], "not_compared": self.not_compared}
+
+    def to_json(self) -> str:
+        def clean(v):
+            return None if isinstance(v, float) and not math.isfinite(v) else v
+        d = self.to_dict()
+        d["rows"] = [{k: clean(v) for k, v in r.items()} for r in d["rows"]]
+        return json.dumps(d, indent=1)
+
+    def table(self) -> str:
+        lines = [f"darknumba vs {self.reference}: {self.mode}, {Path(self.cfg).name} + "
+                 f"{Path(self.weights).name if self.weights else '(no weights)'}, tol {self.tol:g}",
+                 f"{'layer':>5}  {'type':<14} {'tensor':<22} {'shape':<18} {'max|diff|':>10} "
+                 f"{'max rel':>10}  verdict"]
+        for r in self.rows:
+            idx = "-" if r.layer is None else str(r.layer)
+            verdict = ("ok" if r.ok else "FAIL") if r.judged else "info"
+            if r.note:
+                verdict += f" ({r.note})"
+            lines.append(f"{idx:>5}  {r.type:<14} {r.tensor:<22} {r.shape:<18} "
+                         f"{r.max_abs:>10.3g} {r.max_rel:>10.3g}  {verdict}")
+        for name, v in self.scalars.items():
+            lines.append(f"{name}: darknumba {_fmt(v.get('darknumba'))}, "
+                         f"darknet {_fmt(v.get('darknet'))}")
+        if self.not_compared:
+            lines.append(f"not compared (darknumba has no such tensor): "
+                         f"{', '.join(self.not_compared[:12])}"
+                         + (" ..." if len(self.not_compared) > 12 else ""))
+        f = self.first_failure
+        if f is not None:
+            where = "network" if f.layer is None else f"layer {f.layer} ({f.type})"
+            nfail = sum(r.judged and not r.ok for r in self.rows)
+            lines.append(f"FAIL: first difference at {where} {f.tensor}: max |diff| "
+                         f"{f.max_abs:.3g}, max rel {f.max_rel:.3g} > tol {self.tol:g} "
+                         f"({nfail} of {len(self.rows)} tensors fail)"
+                         + (f"; {f.note}: float rounding, not a formula difference" if f.note else ""))
+        elif self.rows:
+            judged = [r for r in self.rows if r.judged]
+            worst = max(judged, key=lambda r: r.max_rel)
+            lines.append(f"PASS: {len(judged)} tensors within tol {self.tol:g} (largest max rel "
+                         f"{worst.max_rel:.3g}, {_where(worst)} {worst.tensor})")
+        else:
+            lines.append("FAIL: nothing to compare")
+        return "\n".join(lines)
+
+
+def _fmt(v):
+    return "n/a" if v is None else f"{v:.7g}" if isinstance(v, float) else str(v)
+
+
+def _where(r: Row) -> str:
+    return "network" if r.layer is None else f"layer {r.layer}"
+
+
+def diff(ours, ref, terms=None) -> tuple[float, float]:
+    """(max |ours - ref|, max of |ours - ref| / scale), in float64. The scale is max |ref| (at
+    least 1e-6), or per entry the larger of that and `terms` (the sum of |terms| of a sum)."""
+    a = np.asarray(ours, np.float64).reshape(-1)
+    b = np.asarray(ref, np.float64).reshape(-1)
+    if b.size == 0:
+        return 0.0, 0.0
+    d = np.abs(a - b)
+    if not np.all(np.isfinite(d)):      # NaN on one side only, or inf
+        same = (np.isnan(a) & np.isnan(b)) | (a == b)
+        d = np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf))
+    scale = max(float(np.max(np.abs(b[np.isfinite(b)]), initial=0.0)), SCALE_FLOOR)
+    if terms is not None and np.size(terms) == d.size:
+        return float(d.max()), float(np.max(d / np.maximum(scale, terms)))
+    return float(d.max()), float(d.max()) / scale
+
+
+def term_scale(f: str, i: int, ref: dict, layer):
+    """Per entry, a bound on the sum of |terms| that a conv / connected gradient adds up, from
+    darknet's own tensors: bias_updates = sum of delta, scale_updates = sum of delta * x_norm,
+    weight_updates = sum of delta * input (bounded by max |input|). Such sums cancel (BN, softmax
+    deltas sum to ~0), so their float error follows the terms, not the result."""
+    d = ref.get(f"L{i:03d}_delta_in", ref.get(f"L{i:03d}_delta"))
+    if d is None or layer is None or layer.type not in ("convolutional", "connected"):
+        return None
+    n, sp = (layer.n, layer.out_h * layer.out_w) if layer.type == "convolutional" \
+        else (layer.outputs, 1)
+    if d.size != layer.batch * n * sp:
+        return None
+    d = np.abs(d.astype(np.float64)).reshape(layer.batch, n, sp)
+    if f == "bias_updates":
+        return d.sum(axis=(0, 2))
+    if f == "scale_updates":
+        xn = ref.get(f"L{i:03d}_x_norm")
+        return None if xn is None or xn.size != d.size else \
+            (d * np.abs(xn.reshape(d.shape))).sum(axis=(0, 2))
+    if f == "weight_updates":
+        x = ref.get(f"L{i - 1:03d}_output") if i else ref.get("input")
+        if x is None or layer.nweights % n:
+            return None
+        return np.repeat(d.sum(axis=(0, 2)) * float(np.max(np.abs(x))), layer.nweights // n)
+    return None
+
+
+def _shape_of(layer, fieldname: str, n: int) -> str:
+    """A readable shape for a flat tensor of `layer` (a darknumba layer or None)."""
+    if layer is not None:
+        if fieldname in ("output", "delta") and layer.batch * layer.outputs == n:
+            if layer.out_c * layer.out_h * layer.out_w == layer.outputs:
+                return "x".join(map(str, layer.output_shape()))
+            return f"{layer.batch}x{layer.outputs}"
+        if fieldname in ("weights", "weight_updates"):
+            if layer.type == "convolutional" and layer.nweights == n:
+                return f"{layer.n}x{layer.c // layer.groups}x{layer.size}x{layer.size}"
+            if layer.type == "connected" and layer.inputs * layer.outputs == n:
+                return f"{layer.outputs}x{layer.inputs}"
+    return str(n)
+
+
+def compare_tensors(ours: dict, ref: dict, layers, tol: float = DEFAULT_TOL,
+                    ref_types: list[str] | None = None,
+                    factors: dict | None = None) -> tuple[list[Row], list[str]]:
+    """Rows for every tensor both sides hold, in the order darknet computes them: the input,
+    loaded parameters, forward (layer 0 up), backward (last layer down), update (layer 0 up).
+    `layers`: darknumba's layers (types and shapes). `factors`: what turns a gradient into the
+    momentum buffer ("after": momentum) and into the parameter step ("step": rate / batch),
+    to carry term_scale over to those rows. Returns (rows, keys only ref has)."""
+    factors = factors or {}
+    def ltype(i):
+        if i < len(layers):
+            return layers[i].type
+        return ref_types[i] if ref_types and i < len(ref_types) else "?"
+
+    n = max(len(layers), len(ref_types or []))
+    train_step = any(k.startswith("after_") for k in ref)   # else delta is forward's loss delta
+    l0 = layers[0] if layers else None
+    input_shape = f"{l0.batch}x{l0.c}x{l0.h}x{l0.w}" if l0 is not None else ""
+    plan = []               # (sort key, layer, tensor name, ours value, ref value, field)
+    not_compared = []
+    for key in ref:
+        m = KEY.match(key)
+        if key == "input" and "letterbox" in ours:     # information: both ran on ref's input
+            plan.append(((0, 0, 0), None, "letterbox", ours["letterbox"], ref[key], "input"))
+            continue
+        if key == "cost" and key in ours:                # the mean cost of the loss layers
+            plan.append(((2, n, 0), None, key, ours[key], ref[key], key))
+            continue
+        if not m:
+            continue
+        prefix, i, f = m.group(1), int(m.group(2)), m.group(3)
+        if prefix == "before":
+            if f in STEP_PARAMS and key in ours:
+                plan.append(((1, i, STEP_PARAMS.index(f)), i, f"loaded {f}", ours[key], ref[key], f))
+            continue
+        if prefix == "after":
+            if f not in AFTER_FIELDS:
+                continue
+            if key not in ours:
+                not_compared.append(key)
+                continue
+            b = f"before_L{i:03d}_{f}"
+            order = (4, i, AFTER_FIELDS.index(f))
+            if f in STEP_PARAMS and b in ours and b in ref and ours[b].size == ours[key].size \
+                    and ref[b].size == ref[key].size:
+                a = ours[key].astype(np.float64) - ours[b]
+                r = ref[key].astype(np.float64) - ref[b]
+                grad = {"weights": "weight_updates", "biases": "bias_updates",
+                        "scales": "scale_updates"}[f]
+                plan.append((order, i, f"{f} step", a, r, (grad, factors.get("step"))))
+            else:
+                plan.append((order, i, f"{f} after", ours[key], ref[key], (f, factors.get("after"))))
+            continue
+        if f not in FORWARD_ORDER + BACKWARD_ORDER:
+            continue
+        if key not in ours:
+            not_compared.append(key)
+            continue
+        if f in BACKWARD_ORDER and (f != "delta" or train_step):
+            plan.append(((3, n - i, BACKWARD_ORDER.index(f)), i, f, ours[key], ref[key], f))
+        else:
+            plan.append(((2, i, FORWARD_ORDER.index(f)), i, f, ours[key], ref[key], f))
+    rows = []
+    for _, i, name, a, b, f in sorted(plan, key=lambda p: p[0]):
+        layer = layers[i] if i is not None and i < len(layers) else None
+        t = "network" if i is None else ltype(i)
+        if ref_types and i is not None and i < len(ref_types) and ref_types[i] != t:
+            rows.append(Row(i, t, name, "", math.inf, math.inf, False,
+                            f"darknet has [{ref_types[i]}] here"))
+            continue
+        if np.size(a) != np.size(b):
+            rows.append(Row(i, t, name, "", math.inf, math.inf, False,
+                            f"darknumba has {np.size(a)} values, darknet {np.size(b)}"))
+            continue
+        grad, factor = f if isinstance(f, tuple) else (f, 1.0)
+        f = grad if name.endswith((" step", " after")) else f
+        terms = term_scale(grad, i, ref, layer) if i is not None and factor is not None else None
+        if terms is not None:
+            terms = terms * factor
+        d, r = diff(a, b, terms)
+        if name == "letterbox":
+            rows.append(Row(i, t, name, input_shape, d, r, r <= tol, "image decoding and resize; "
+                            "both networks ran on darknet's tensor", judged=False))
+            continue
+        note = "" if r <= tol or f != "delta" else kink_note(i, layer, ours, ref)
+        rows.append(Row(i, t, name, _shape_of(layer, f, np.size(b)), d, r, r <= tol, note))
+    return rows, sorted(not_compared)
+
+
+KINKED = ("leaky", "relu", "relie", "ramp")      # act'(y) jumps at y = 0
+
+
+def kink_note(i: int, layer, ours: dict, ref: dict) -> str:
+    """Why a backward delta can part while every output agrees: an output within float rounding
+    of the activation's kink at 0, on opposite sides in the two runs, gets a different act'."""
+    act = getattr(layer, "activation", None)
+    key = f"L{i:03d}_output"
+    if act not in KINKED or key not in ours or key not in ref or ours[key].size != ref[key].size:
+        return ""
+    a, b = ours[key].astype(np.float64), ref[key].astype(np.float64)
+    near = np.abs(a - b) <= 1e-5 * max(float(np.max(np.abs(b))), SCALE_FLOOR)
+    k = int(np.count_nonzero(((a > 0) != (b > 0)) & near))
+    return f"{k} {act} output(s) within rounding of 0 fell on the other side" if k else ""
+
+
+# --------------------------------------------------------------------------------------------
+# darknumba's side
+
+def perturb_weight(net, spec: str) -> str:
+    """--perturb LAYER[:INDEX]: add 10% of the layer's largest |weight| (at least 0.1) to one
+    weight. A self-test: the comparison must then name LAYER."""
+    try:
+        parts = [int(p) for p in spec.split(":")]
+        i, j = parts[0], (parts[1] if len(parts) > 1 else 0)
+    except ValueError:
+        raise DarknumbaError(f"--perturb {spec!r}: expected LAYER or LAYER:INDEX (integers)") from None
+    if not 0 <= i < net.n:
+        raise DarknumbaError(f"--perturb {spec}: the network has layers 0..{net.n - 1}")
+    w = getattr(net.layers[i], "weights", None)
+    if w is None or w.size == 0:
+        raise DarknumbaError(f"--perturb {spec}: layer {i} ({net.layers[i].type}) has no weights")
+    if not 0 <= j < w.size:
+        raise DarknumbaError(f"--perturb {spec}: layer {i} has weights 0..{w.size - 1}")
+    delta = max(0.1 * float(np.max(np.abs(w))), 0.1)
+    w[j] += np.float32(delta)
+    return f"layer {i} weight {j} += {delta:.3g} (darknumba side only)"
+
+
+def _layer_value(l, f: str):
+    if f == "cost":
+        return None if l.cost is None else np.array([l.cost], np.float32)
+    a = getattr(l, f, None)
+    return a.copy() if isinstance(a, np.ndarray) and a.size else None
+
+
+def _snapshot(net, fields, prefix: str, out: dict):
+    for i, l in enumerate(net.layers):
+        for f in fields:
+            a = _layer_value(l, f)
+            if a is not None:
+                out[f"{prefix}L{i:03d}_{f}"] = a
+
+
+def _backward_reading_deltas(net, out: dict):
+    """net.backward(), keeping each weighted layer's delta as its own backward starts
+    (``L###_delta_in``: the terms its bias / weight gradients sum)."""
+    def reading(i, l, backward):
+        def run(n):
+            out[f"L{i:03d}_delta_in"] = l.delta.copy()
+            backward(n)
+        return run
+    hooked = [l for l in net.layers if getattr(l, "weights", None) is not None]
+    for l in hooked:
+        l.backward = reading(net.layers.index(l), l, l.backward)
+    try:
+        net.backward()
+    finally:
+        for l in hooked:
+            del l.backward
+
+
+def run_darknumba(net, mode: str, x, truth=None) -> dict:
+    """Run `net` once the way darknet_ref runs C darknet; the same keys come back."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    out = {"input": np.ascontiguousarray(x, np.float32).reshape(-1)}
+    if truth is not None:
+        out["truth"] = np.ascontiguousarray(truth, np.float32).reshape(-1)
+    run = {"mode": mode, "seen_before": net.seen}
+    if mode == "forward_test":
+        net.forward(x, train=False)
+        _snapshot(net, ("output",), "", out)
+    elif mode == "forward_train":
+        net.forward(x, train=True, truth=truth)
+        run["cost"] = net.cost
+        _snapshot(net, TRAIN_FORWARD_FIELDS, "", out)
+    else:   # train_network_datum, read between backward and update
+        _snapshot(net, STEP_PARAMS, "before_", out)
+        net.seen += net.batch
+        net.forward(x, train=True, truth=truth)
+        _backward_reading_deltas(net, out)
+        run["cost"] = net.cost
+        _snapshot(net, GRAD_FIELDS + ("rolling_mean", "rolling_variance"), "", out)
+        run["rate"] = net.current_rate()
+        run["did_update"] = int((net.seen // net.batch) % net.subdivisions == 0)
+        if run["did_update"]:
+            net.update()
+        _snapshot(net, AFTER_FIELDS, "after_", out)
+    run["seen_after"] = net.seen
+    if "cost" in run:
+        out["cost"] = np.array([run["cost"]], np.float32)
+    out["meta"] = {"run": run, "net": {"batch": net.batch, "inputs": net.inputs,
+                                       "truths": net.truths, "w": net.w, "h": net.h, "c": net.c}}
+    return out
+
+
+def scalars(ours: dict, ref_run: dict) -> dict:
+    o = ours["meta"]["run"]
+    s = {}
+    names = {"forward_test": (), "forward_train": ("cost",)}.get(
+        o["mode"], ("cost", "rate", "did_update", "seen_after"))
+    for k in names:
+        if k in o or k in ref_run:
+            s[k] = {"darknumba": o.get(k), "darknet": ref_run.get(k)}
+    return s
+
+
+def scalar_rows(sc: dict, tol: float) -> list[Row]:
+    """The learning rate and the update decision are checked as rows too (cost already is)."""
+    rows = []
+    for k in ("rate", "did_update", "seen_after"):
+        v = sc.get(k)
+        if not v or v["darknumba"] is None or v["darknet"] is None:
+            continue
+        d, r = diff([v["darknumba"]], [v["darknet"]])
+        rows.append(Row(None, "network", k, "1", d, r, r <= tol))
+    return rows
+
+
+def save_dump(path: Path, tensors: dict, mode: str, meta: dict):
+    """An .npz in the golden layout, readable back with --npz."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {k: v for k, v in tensors.items() if isinstance(v, np.ndarray)}
+    manifest = {"mode": mode, "net": meta.get("net", {}), "layers": meta.get("layers", [])}
+    np.savez_compressed(path, **arrays, manifest_json=np.array(json.dumps(manifest)),
+                        run_json=np.array(json.dumps(meta.get("run", {"mode": mode}))))
+
+
+# --------------------------------------------------------------------------------------------
+# Inputs, truths and the two kinds of run
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tga", ".gif", ".ppm", ".pgm")
+
+
+def read_floats(path, what: str) -> np.ndarray:
+    """A float32 tensor from .npy, or raw little-endian float32 (.f32, anything else)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DarknumbaError(f"{what} file not found: {path}")
+    if path.suffix == ".npy":
+        return np.load(path).astype(np.float32).reshape(-1)
+    raw = path.read_bytes()
+    if len(raw) % 4:
+        raise DarknumbaError(f"{path}: {len(raw)} bytes is not a whole number of float32 values")
+    return np.frombuffer(raw, dtype="<f4").astype(np.float32)
+
+
+def _fit(a: np.ndarray, per_image: int, batch: int, path, what: str) -> np.ndarray:
+    if a.size == per_image * batch:
+        return a
+    if a.size == per_image:
+        return np.tile(a, batch)
+    raise DarknumbaError(f"{path}: {a.size} values; the network's {what} needs {per_image} per "
+                         f"image x batch {batch} = {per_image * batch} (or {per_image})")
+
+
+def read_truth(path, net) -> np.ndarray:
+    """--truth: raw float32 / .npy (batch x truths, or one image's truths), or for a yolo net a
+    Darknet label file (`class x y w h` per line, relative to the network input)."""
+    path = Path(path)
+    if path.suffix == ".txt":
+        last = net.layers[-1]
+        if last.type != "yolo":
+            raise DarknumbaError(f"{path}: label .txt files are read for [yolo] networks only; "
+                                 f"give the truth as raw float32 or .npy")
+        t = np.zeros(net.truths, np.float32)
+        rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip()]
+        for k, row in enumerate(rows[: net.truths // 5]):
+            try:
+                cls, x, y, w, h = int(row[0]), *map(float, row[1:5])
+            except (ValueError, IndexError):
+                raise DarknumbaError(f"{path}:{k + 1}: expected `class x y w h`") from None
+            t[k * 5:k * 5 + 5] = (x, y, w, h, cls)
+        return np.tile(t, net.batch)
+    return _fit(read_floats(path, "truth"), net.truths, net.batch, path, "truth")
+
+
+def _load(cfg, weights, batch, perturb, log):
+    from .parser import load_network
+    net = load_network(cfg, weights, batch=batch, compat="darknet-cpu")
+    if perturb:
+        msg = perturb_weight(net, perturb)
+        if log:
+            log(f"perturbed: {msg}")
+    return net
+
+
+def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False, seed=0,
+                    train=False, truth=None, batch=None, tol=DEFAULT_TOL, perturb=None,
+                    log=None, timeout=None):
+    """darknumba vs the C darknet built in `darknet_dir`. image: a picture (letterboxed by
+    darknet; our letterbox is compared as the `input` row) or a float32 tensor file (.npy/.f32).
+    Returns (report, ours, ref): the last two are tensor dicts in the golden layout."""
+    from .darknet_ref import DarknetTree, run_darknet
+    from .parser import parse_network_cfg
+    tree = DarknetTree.locate(darknet_dir)
+    if (image is None) == (not random_input):
+        raise DarknumbaError("give an IMAGE (or input tensor file) or --random-input, not both")
+    if train and truth is None:
+        raise DarknumbaError("--train needs --truth FILE (raw float32, .npy, or labels .txt)")
+    probe = parse_network_cfg(cfg)
+    x = None
+    is_image = image is not None and Path(image).suffix.lower() in IMAGE_SUFFIXES
+    if image is not None and not is_image:
+        x = read_floats(image, "input")
+        if batch is None and not train and x.size % probe.inputs == 0:
+            batch = max(x.size // probe.inputs, 1)
+    if batch is None:
+        batch = probe.batch if train else 1
+    net = _load(cfg, weights, batch, perturb, log)
+    if x is not None:
+        x = _fit(x, net.inputs, net.batch, image, "input")
+    elif random_input:
+        x = np.random.default_rng(seed).random(net.batch * net.inputs, dtype=np.float32)
+    t = read_truth(truth, net) if truth is not None else None
+    mode = "trainstep" if train else "forward_test"
+    ref = run_darknet(tree, cfg, weights, mode, x=x, image=image if is_image else None,
+                      truth=t, batch=net.batch, log=log, timeout=timeout)
+    ours = run_darknumba(net, mode, ref["input"], t)
+    if is_image:
+        ours["letterbox"] = _our_letterbox(image, net)
+    meta = ref.pop("meta")
+    report = _report(f"C darknet at {tree.root}", cfg, weights, mode, tol, ours, ref, meta, net)
+    ref["meta"] = meta
+    return report, ours, ref
+
+
+def _our_letterbox(image, net) -> np.ndarray:
+    from .image import letterbox_image, load_image_color
+    one = letterbox_image(load_image_color(image), net.w, net.h).reshape(-1)
+    return np.tile(one, net.batch)
+
+
+def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
+    """darknumba vs tensors recorded in an .npz (golden layout, with its input, truth and
+    manifest_json/run_json saying the run mode and batch)."""
+    npz = Path(npz)
+    if not npz.is_file():
+        raise DarknumbaError(f"--npz {npz}: file not found")
+    with np.load(npz) as data:
+        ref = {k: data[k] for k in data.files}
+    manifest = json.loads(str(ref.pop("manifest_json", "{}")))
+    run = json.loads(str(ref.pop("run_json", "{}")))
+    mode = run.get("mode") or manifest.get("mode") or "forward_test"
+    if mode == "detect":
+        mode = "forward_test"
+    if mode not in MODES:
+        raise DarknumbaError(f"--npz {npz}: run mode {mode!r} is not one of {', '.join(MODES)}")
+    if "input" not in ref:
+        raise DarknumbaError(f"--npz {npz}: no `input` tensor to run darknumba on")
+    batch = manifest.get("net", {}).get("batch") or run.get("batch")
+    net = _load(cfg, weights, batch, perturb, log)
+    truth = ref.get("truth") if mode != "forward_test" else None
+    if mode == "forward_test":      # test mode computes no cost
+        ref = {k: v for k, v in ref.items() if not k.endswith("cost")}
+    ours = run_darknumba(net, mode, _fit(ref["input"], net.inputs, net.batch, npz, "input"), truth)
+    steps = run.get("steps") or [{}]
+    ref_run = {**steps[0], **{k: v for k, v in run.items() if k != "steps"}}
+    ref_run.setdefault("seen_after", None)
+    meta = {"run": ref_run, "layers": manifest.get("layers", []), "net": manifest.get("net", {})}
+    report = _report(str(npz), cfg, weights, mode, tol, ours, ref, meta, net)
+    return report, ours, ref
+
+
+def _report(reference, cfg, weights, mode, tol, ours, ref, meta, net) -> Report:
+    ref_types = [l.get("type") for l in meta.get("layers", [])] or None
+    if ref_types and len(ref_types) != net.n:
+        raise DarknumbaError(f"{reference} has {len(ref_types)} layers, darknumba built {net.n} "
+                             f"from {cfg}")
+    ours_t = {k: v for k, v in ours.items() if k != "meta"}
+    run = meta.get("run", {})
+    factors = {"after": net.momentum,
+               "step": run["rate"] / (net.batch * net.subdivisions) if run.get("rate") else None}
+    rows, missing = compare_tensors(ours_t, ref, net.layers, tol, ref_types, factors)
+    sc = scalars(ours, meta.get("run", {}))
+    rows += scalar_rows(sc, tol)
+    return Report(reference, str(cfg), str(weights or ""), mode, tol, rows, sc, missing)

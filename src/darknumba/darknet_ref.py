@@ -1,0 +1,339 @@
+"""The C darknet side of `darknumba compare`: a user's own pjreddie darknet build, driven through
+our shim (`compare_shim.c`, compiled at run time against their `include/darknet.h` and linked to
+their `libdarknet.so`, cached under ~/.cache/darknumba by the hashes of both).
+
+C darknet calls ``exit()`` on bad input (``file_error``, ``error``), so it always runs in a
+child process (``python -m darknumba.darknet_ref JOB.json``) that writes its tensors to an
+.npz in the golden fixtures' layout (``input``, ``truth``, ``L###_output``, ``after_L###_weights``,
+...). A child that dies is reported with darknet's last words.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .errors import DarknumbaError
+
+SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
+# Fields read from each layer, by run mode (names of darknet's `layer` struct members).
+FORWARD_FIELDS = ("output",)
+TRAIN_FORWARD_FIELDS = ("output", "delta", "cost", "rolling_mean", "rolling_variance")
+GRAD_FIELDS = ("output", "delta", "cost", "weight_updates", "bias_updates", "scale_updates",
+               "x_norm")
+PARAM_FIELDS = ("weights", "biases", "scales", "rolling_mean", "rolling_variance")
+MODES = ("forward_test", "forward_train", "trainstep")
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("DARKNUMBA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "darknumba")
+    return Path(base)
+
+
+def _sha256(*blobs: bytes) -> str:
+    h = hashlib.sha256()
+    for b in blobs:
+        h.update(hashlib.sha256(b).digest())
+    return h.hexdigest()
+
+
+@dataclass
+class DarknetTree:
+    """A built pjreddie darknet: DIR/include/darknet.h and DIR/libdarknet.so."""
+    root: Path
+    header: Path
+    library: Path
+    gpu: bool = False
+    cudnn: bool = False
+
+    @classmethod
+    def locate(cls, root) -> "DarknetTree":
+        root = Path(root).expanduser().resolve()
+        if not root.is_dir():
+            raise DarknumbaError(f"--darknet {root}: no such directory (give the folder of a "
+                                 f"pjreddie darknet checkout built with `make`)")
+        header = root / "include" / "darknet.h"
+        if not header.is_file():
+            raise DarknumbaError(f"--darknet {root}: no include/darknet.h; this is not a darknet "
+                                 f"source tree (clone https://github.com/pjreddie/darknet, run "
+                                 f"`make` in it and pass that folder)")
+        text = header.read_text(errors="replace")
+        if "load_network_custom" in text or "LIB_API" in text:
+            raise DarknumbaError(
+                f"--darknet {root}: this is AlexeyAB's darknet fork (its darknet.h declares "
+                f"load_network_custom/LIB_API), whose network and layer structs and training "
+                f"semantics differ from pjreddie's. compare drives pjreddie/darknet builds only "
+                f"(https://github.com/pjreddie/darknet, stock Makefile); to check against other "
+                f"builds, record their tensors in an .npz and use --npz")
+        if "train_network_datum" not in text or "struct layer" not in text:
+            raise DarknumbaError(f"--darknet {root}: include/darknet.h does not declare "
+                                 f"pjreddie's network API (train_network_datum, struct layer)")
+        library = root / "libdarknet.so"
+        if not library.is_file():
+            hint = (" (libdarknet.a is there: the shared library is built by the stock "
+                    "Makefile's default target)") if (root / "libdarknet.a").is_file() else ""
+            raise DarknumbaError(f"--darknet {root}: no libdarknet.so; build it with `make` in "
+                                 f"that folder{hint}")
+        blob = library.read_bytes()
+        return cls(root, header, library, gpu=b"forward_network_gpu\x00" in blob,
+                   cudnn=b"cudnn_convolutional_setup\x00" in blob)
+
+    def key(self) -> str:
+        return _sha256(self.library.read_bytes(), self.header.read_bytes(),
+                       SHIM_SOURCE.read_bytes())[:20]
+
+
+def find_compiler() -> str:
+    for cand in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if cand and shutil.which(cand):
+            return shutil.which(cand)
+    raise DarknumbaError("no C compiler found (looked for $CC, cc, gcc, clang): compare builds "
+                         "a small shim against your darknet; install one (e.g. `apt-get install "
+                         "gcc`) or set CC")
+
+
+def compile_shim(tree: DarknetTree, log=None) -> Path:
+    """The shim library for this darknet build: compiled once, then reused from the cache."""
+    out = cache_dir() / f"compare-shim-{tree.key()}.so"
+    if out.is_file():
+        return out
+    cc = find_compiler()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    flags = ["-shared", "-fPIC", "-O2", f"-I{tree.root / 'include'}"]
+    if tree.gpu:   # the structs have extra members in a GPU build: compile with the same view
+        flags += ["-DGPU", "-I/usr/local/cuda/include"] + (["-DCUDNN"] if tree.cudnn else [])
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
+    os.close(fd)
+    cmd = [cc, *flags, str(SHIM_SOURCE), "-o", tmp, f"-L{tree.root}", "-ldarknet",
+           f"-Wl,-rpath,{tree.root}", "-lm", "-pthread"]
+    if log:
+        log(f"compiling the darknet shim: {' '.join(cmd)}")
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        os.unlink(tmp)
+        tail = "\n".join(r.stderr.strip().splitlines()[-8:])
+        raise DarknumbaError(f"could not compile the compare shim against {tree.header} "
+                             f"({cc} exited {r.returncode}); is it a pjreddie darknet tree?\n{tail}")
+    os.replace(tmp, out)
+    return out
+
+
+def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=None, truth=None,
+                batch: int | None = None, log=None, timeout: float | None = None) -> dict:
+    """Run C darknet once in a child process. Returns {key: array} in the golden layout plus
+    "meta" (layers, net fields, rate, cost, seen). x: float32 input, or image: a path that
+    darknet letterboxes itself (its tensor comes back as "input")."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}")
+    for p, what in ((cfg, "cfg"), (weights, "weights"), (image, "image")):
+        if p is not None and not Path(p).is_file():
+            raise DarknumbaError(f"{what} file not found: {p}")
+    shim = compile_shim(tree, log=log)
+    with tempfile.TemporaryDirectory(prefix="darknumba-compare-") as tmp:
+        tmp = Path(tmp)
+        job = {"shim": str(shim), "cfg": str(Path(cfg).resolve()),
+               "weights": str(Path(weights).resolve()) if weights else "",
+               "mode": mode, "batch": batch, "out": str(tmp / "out.npz"),
+               "image": str(Path(image).resolve()) if image else None, "x": None, "truth": None}
+        if x is not None:
+            np.save(tmp / "x.npy", np.ascontiguousarray(x, np.float32).reshape(-1))
+            job["x"] = str(tmp / "x.npy")
+        if truth is not None:
+            np.save(tmp / "truth.npy", np.ascontiguousarray(truth, np.float32).reshape(-1))
+            job["truth"] = str(tmp / "truth.npy")
+        (tmp / "job.json").write_text(json.dumps(job))
+        try:
+            r = subprocess.run([sys.executable, "-m", "darknumba.darknet_ref", str(tmp / "job.json")],
+                               capture_output=True, text=True, timeout=timeout, cwd=tmp,
+                               env=_child_env(tree))
+        except subprocess.TimeoutExpired as e:
+            raise DarknumbaError(f"C darknet did not finish within {timeout} s") from e
+        if r.returncode != 0 or not (tmp / "out.npz").is_file():
+            raise DarknumbaError(_child_failure(r, cfg, weights))
+        with np.load(tmp / "out.npz") as data:
+            out = {k: data[k] for k in data.files}
+    meta = json.loads(str(out.pop("meta_json")))
+    meta["stdout"] = r.stdout
+    meta["stderr_tail"] = r.stderr.strip().splitlines()[-5:]
+    out["meta"] = meta
+    return out
+
+
+def _child_env(tree: DarknetTree) -> dict:
+    """libdarknet.so preloaded: darknet defines its own `error()`, which glibc's `error()` would
+    otherwise shadow in a process that loads darknet with dlopen (its messages would be lost)."""
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = " ".join(filter(None, [str(tree.library), env.get("LD_PRELOAD")]))
+    return env
+
+
+def _child_failure(r, cfg, weights) -> str:
+    err = r.stderr.strip().splitlines()
+    said = next((s for s in reversed(err) if s.startswith("darknumba:")), None)
+    if said:
+        return said.removeprefix("darknumba:").strip()
+    words = [s.strip().removesuffix(": Success") for s in err + r.stdout.strip().splitlines()
+             if s.strip() and not re.match(r"\s*(\d+ |layer +filters|mask_scale)", s)
+             and "Assertion `0' failed" not in s]
+    why = "; ".join(words[-3:]) or "nothing"
+    how = (f"exited with status {r.returncode}" if r.returncode >= 0
+           else f"was killed by signal {-r.returncode}")
+    return (f"C darknet rejected cfg {cfg} / weights {weights or '(none)'}: it {how} before "
+            f"finishing; darknet said: {why}")
+
+
+# --------------------------------------------------------------------------------------------
+# The child process: load the shim with ctypes and run one job.
+
+def _bind(shim_path: str):
+    lib = ctypes.CDLL(shim_path)
+    P, I, F, LL = ctypes.c_void_p, ctypes.c_int, ctypes.c_float, ctypes.c_longlong
+    sig = {
+        "dnc_load": (P, [ctypes.c_char_p, ctypes.c_char_p, I]),
+        "dnc_net_info": (None, [P, ctypes.POINTER(I)]),
+        "dnc_set_batch": (None, [P, I]),
+        "dnc_get_seen": (LL, [P]),
+        "dnc_set_seen": (None, [P, LL]),
+        "dnc_rate": (F, [P]),
+        "dnc_cost": (F, [P]),
+        "dnc_layer_type": (ctypes.c_char_p, [P, I]),
+        "dnc_layer_info": (None, [P, I, ctypes.POINTER(I)]),
+        "dnc_field": (LL, [P, I, ctypes.c_char_p, ctypes.POINTER(P)]),
+        "dnc_set_input": (None, [P, ctypes.POINTER(F), ctypes.POINTER(F)]),
+        "dnc_forward": (F, [P, I, I]),
+        "dnc_backward_layer": (None, [P, I]),
+        "dnc_update": (I, [P, ctypes.POINTER(F)]),
+        "dnc_letterbox": (I, [P, ctypes.c_char_p, ctypes.POINTER(F), ctypes.POINTER(I)]),
+    }
+    for name, (res, args) in sig.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = res, args
+    return lib
+
+
+LAYER_INFO = ("batch", "w", "h", "c", "out_w", "out_h", "out_c", "inputs", "outputs", "n",
+              "size", "stride", "pad", "groups", "batch_normalize", "nweights", "nbiases",
+              "stopbackward")
+NET_INFO = ("n", "batch", "w", "h", "c", "inputs", "outputs", "truths", "subdivisions",
+            "time_steps")
+
+
+def _fptr(a: np.ndarray):
+    return a.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
+
+
+def _read(lib, net, i: int, field: str) -> np.ndarray | None:
+    ptr = ctypes.c_void_p()
+    n = lib.dnc_field(net, i, field.encode(), ctypes.byref(ptr))
+    if n <= 0 or not ptr.value:
+        return None
+    ctype = ctypes.c_int if field == "indexes" else ctypes.c_float
+    return np.ctypeslib.as_array((ctype * n).from_address(ptr.value)).copy()
+
+
+def _snapshot(lib, net, nlayers: int, fields, prefix: str, out: dict):
+    for i in range(nlayers):
+        for f in fields:
+            a = _read(lib, net, i, f)
+            if a is not None:
+                out[f"{prefix}L{i:03d}_{f}"] = a
+
+
+def _fail(msg: str):
+    print(f"darknumba: {msg}", file=sys.stderr)
+    sys.exit(3)
+
+
+def _child(job_path: str):
+    job = json.loads(Path(job_path).read_text())
+    lib = _bind(job["shim"])
+    net = lib.dnc_load(job["cfg"].encode(), job["weights"].encode(), 0)
+    if not net:
+        _fail(f"C darknet could not load {job['cfg']}")
+    info = (ctypes.c_int * len(NET_INFO))()
+    lib.dnc_net_info(net, info)
+    netinfo = dict(zip(NET_INFO, info))
+    cfg_batch = netinfo["batch"]
+    batch = job["batch"] or cfg_batch
+    if batch > cfg_batch:
+        _fail(f"batch {batch} is larger than the cfg's batch/subdivisions = {cfg_batch}, which "
+              f"C darknet allocates its buffers for; use --batch <= {cfg_batch} or raise batch "
+              f"in the cfg")
+    if batch != cfg_batch:
+        lib.dnc_set_batch(net, batch)
+    netinfo["batch"] = batch
+    n, inputs, truths = netinfo["n"], netinfo["inputs"], netinfo["truths"]
+    out: dict = {}
+    if job["image"]:
+        one = np.zeros(inputs, np.float32)
+        wh = (ctypes.c_int * 2)()
+        lib.dnc_letterbox(net, job["image"].encode(), _fptr(one), wh)
+        netinfo["image_wh"] = [wh[0], wh[1]]
+        x = np.tile(one, batch)
+    else:
+        x = np.load(job["x"]).astype(np.float32)
+    if x.size != batch * inputs:
+        _fail(f"input has {x.size} values; C darknet expects batch x inputs = "
+              f"{batch} x {inputs} = {batch * inputs}")
+    truth = np.load(job["truth"]).astype(np.float32) if job["truth"] else None
+    if truth is not None and truth.size != batch * truths:
+        _fail(f"truth has {truth.size} values; C darknet expects batch x truths = "
+              f"{batch} x {truths} = {batch * truths}")
+    out["input"] = x
+    if truth is not None:
+        out["truth"] = truth
+    lib.dnc_set_input(net, _fptr(x), _fptr(truth) if truth is not None else None)
+    layers = []
+    for i in range(n):
+        li = (ctypes.c_int * len(LAYER_INFO))()
+        lib.dnc_layer_info(net, i, li)
+        layers.append({"index": i, "type": lib.dnc_layer_type(net, i).decode(),
+                       **dict(zip(LAYER_INFO, li))})
+    mode = job["mode"]
+    run = {"mode": mode, "seen_before": lib.dnc_get_seen(net)}
+    if mode == "forward_test":
+        lib.dnc_forward(net, 0, 0)
+        _snapshot(lib, net, n, FORWARD_FIELDS, "", out)
+    elif mode == "forward_train":
+        run["cost"] = lib.dnc_forward(net, 1, truth is not None)
+        _snapshot(lib, net, n, TRAIN_FORWARD_FIELDS, "", out)
+    else:   # trainstep: train_network_datum, with reads between backward and update
+        _snapshot(lib, net, n, PARAM_FIELDS, "before_", out)
+        lib.dnc_set_seen(net, lib.dnc_get_seen(net) + batch)
+        lib.dnc_forward(net, 1, truth is not None)
+        for i in range(n - 1, -1, -1):      # backward_network, reading each delta as it starts
+            if layers[i]["stopbackward"]:
+                break
+            if layers[i]["nweights"] or layers[i]["type"] == "connected":
+                d = _read(lib, net, i, "delta")
+                if d is not None:
+                    out[f"L{i:03d}_delta_in"] = d
+            lib.dnc_backward_layer(net, i)
+        run["cost"] = lib.dnc_cost(net)
+        _snapshot(lib, net, n, GRAD_FIELDS, "", out)
+        rate = ctypes.c_float()
+        run["did_update"] = lib.dnc_update(net, ctypes.byref(rate))
+        run["rate"] = rate.value
+        _snapshot(lib, net, n, PARAM_FIELDS, "after_", out)
+    run["seen_after"] = lib.dnc_get_seen(net)
+    if "cost" in run:
+        out["cost"] = np.array([run["cost"]], np.float32)
+    meta = {"net": netinfo, "layers": layers, "run": run}
+    out["meta_json"] = np.array(json.dumps(meta))
+    sys.stdout.flush()
+    np.savez(job["out"], **out)
+
+
+if __name__ == "__main__":
+    _child(sys.argv[1])
