@@ -194,3 +194,50 @@ def test_update_uses_full_cfg_batch(tmp_path):
         deltas.append(net.layers[3].biases - b0)
     # subdivisions=2 saw the same datum twice (twice the gradient) and divides by 4, not 2
     np.testing.assert_allclose(deltas[1], deltas[0], rtol=1e-5, atol=1e-9)
+
+
+@pytest.mark.parametrize("compat", [None, "darknet-cpu"])
+def test_adam(tmp_path, compat):
+    """adam=1: Darknet's Adam (decay folded into the gradient, bias-corrected moments, the rate
+    not divided by the batch, updates zeroed) on weights, biases and BN scales, two steps.
+    compat="darknet-cpu" ignores adam=1 like Darknet's CPU build (plain SGD)."""
+    extra = "adam=1\nB1=0.8\nB2=0.99\neps=1e-6"
+    cfg = tmp_path / "net.cfg"
+    cfg.write_text(NET.format(batch=2, subdivisions=1, lr=0.01, burn_in=0, power=4,
+                              policy="constant", extra=extra) + LAYERS)
+    net = dn.load_network(cfg, compat=compat)
+    shadow = dn.load_network(cfg)
+    rng = np.random.default_rng(1)
+    for l in net.layers:
+        if getattr(l, "weights", None) is not None and l.type != "yolo":
+            l.weights[:] = rng.normal(0, 0.3, l.weights.size)
+    ref = {k: v.astype(np.float64) for k, v in params(net).items() if k[1] in PARAMS}
+    m = {k: 0.0 for k in ref}
+    v = {k: 0.0 for k in ref}
+    for t in (1, 2):
+        x = rng.uniform(0, 1, net.batch * net.inputs).astype(np.float32)
+        truth = np.eye(3, dtype=np.float32)[[0, 2]].ravel()
+        for (i, a), val in ref.items():
+            getattr(shadow.layers[i], a)[:] = val
+            getattr(shadow.layers[i], UPDATES[a])[:] = 0
+        shadow.forward(x, train=True, truth=truth)
+        shadow.backward()
+        net.train_datum(x, truth)
+        for (i, a) in ref:
+            g = getattr(shadow.layers[i], UPDATES[a]).astype(np.float64)
+            if compat is None:
+                g = g - 0.0005 * 2 * ref[(i, a)]
+                m[(i, a)] = 0.8 * m[(i, a)] + 0.2 * g
+                v[(i, a)] = 0.99 * v[(i, a)] + 0.01 * g * g
+                mhat, vhat = m[(i, a)] / (1 - 0.8 ** t), v[(i, a)] / (1 - 0.99 ** t)
+                ref[(i, a)] = ref[(i, a)] + 0.01 * mhat / (np.sqrt(vhat) + 1e-6)
+            else:
+                if a == "weights":
+                    g = g - 0.0005 * 2 * ref[(i, a)]
+                m[(i, a)] = g + 0.9 * m[(i, a)]            # SGD momentum buffer
+                ref[(i, a)] = ref[(i, a)] + 0.01 / 2 * m[(i, a)]
+        for (i, a), want in ref.items():
+            np.testing.assert_allclose(getattr(net.layers[i], a), want, rtol=1e-4, atol=1e-6,
+                                       err_msg=f"layer {i} {a}, step {t}")
+            if compat is None:
+                assert not getattr(net.layers[i], UPDATES[a]).any()
