@@ -86,6 +86,19 @@ def load_partial_weights(net, path) -> int:
                        "(weights do not fit this cfg)")
 
 
+def init_weights(net, start: int, seed: int):
+    """Darknet's random initialisation for the layers [start, n) that no file filled:
+    convolutional weights ~ sqrt(2/(size*size*c/groups)) * N(0,1) (make_convolutional_layer),
+    connected weights ~ sqrt(2/inputs) * U(-1,1) (make_connected_layer). Seeded."""
+    rng = np.random.default_rng([seed, 1])
+    for l in net.layers[start:]:
+        if l.type == "convolutional":
+            scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
+            l.weights[:] = scale * rng.standard_normal(l.weights.size)
+        elif l.type == "connected":
+            l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
+
+
 def partial(cfg, weights, out, n: int, log=print):
     """partial: load the full network (seen reset to 0), save layers [0, n) only."""
     net = load_network(cfg, weights, batch=1, clear=True)
@@ -223,9 +236,11 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     os.makedirs(backup_dir, exist_ok=True)
 
     net = load_network(cfgfile, None)
+    loaded = 0
     if opts.weights:
         loaded = load_partial_weights(net, opts.weights)
         log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
+    init_weights(net, loaded, opts.seed)
     if opts.clear:
         net.seen = 0
     if opts.max_batches is not None:

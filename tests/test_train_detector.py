@@ -1,0 +1,264 @@
+"""End to end: a tiny cfg trained a few dozen iterations on generated shapes. The loss falls,
+checkpoints appear on schedule, resume continues at the saved iteration, Ctrl-C saves, a kill
+during a checkpoint write leaves the previous checkpoint loadable, NaN stops with the layer."""
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import darknumba as dn
+from darknumba.errors import DarknumbaError
+from darknumba.train import Schedule, TrainOptions, TrainingStopped, load_partial_weights, train_detector
+from darknumba.weights import read_header
+
+pytestmark = pytest.mark.slow
+
+TINY = """
+[net]
+batch=8
+subdivisions=2
+width=32
+height=32
+channels=3
+momentum=0.9
+decay=0.0005
+learning_rate=0.01
+burn_in=0
+max_batches=40
+policy=constant
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+batch_normalize=1
+filters=16
+size=3
+stride=1
+pad=1
+activation=leaky
+
+[maxpool]
+size=2
+stride=2
+
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=24
+activation=linear
+
+[yolo]
+mask=0,1,2
+anchors=6,6, 10,10, 16,16
+classes=3
+num=3
+jitter=.2
+ignore_thresh=.7
+random=0
+"""
+
+
+@pytest.fixture(scope="module")
+def shapes(tmp_path_factory):
+    from darknumba.shapes import generate_shapes
+    root = tmp_path_factory.mktemp("shapes")
+    data = generate_shapes(root / "ds", n=80, valid_fraction=0.25, seed=5, size=(40, 56))
+    cfg = root / "tiny.cfg"
+    cfg.write_text(TINY)
+    return data, cfg, root
+
+
+def _opts(backup, **kw):
+    kw.setdefault("schedule", Schedule(every=10, until=25, every_after=40, backup_every=5))
+    return TrainOptions(backup=str(backup), progress=False, chart=False, **kw)
+
+
+def _seen(path):
+    with open(path, "rb") as f:
+        return read_header(f.read(20), str(path))[1]
+
+
+def test_loss_falls_checkpoints_on_schedule_and_resume(shapes, tmp_path):
+    data, cfg, _ = shapes
+    lines = []
+    log = lambda m, file=None: lines.append(m)            # noqa: E731
+    r = train_detector(data, cfg, _opts(tmp_path, max_batches=20), log=log)
+    assert r["final_iteration"] == 20 and not r["interrupted"]
+    names = sorted(os.listdir(tmp_path))
+    assert names == ["tiny.backup", "tiny_10.weights", "tiny_20.weights", "tiny_final.weights"]
+    assert _seen(tmp_path / "tiny_10.weights") == 10 * 8
+    assert _seen(tmp_path / "tiny_final.weights") == 20 * 8
+
+    # resume from the iteration-20 checkpoint: continues at 21, until max_batches (40)
+    lines.clear()
+    r2 = train_detector(data, cfg, _opts(tmp_path, max_batches=40,
+                                         weights=str(tmp_path / "tiny_20.weights")), log=log)
+    iters = [int(m.split(":")[0]) for m in lines if m.split(":")[0].isdigit()]
+    assert iters[0] == 21 and iters[-1] == 40
+    assert _seen(tmp_path / "tiny_40.weights") == 40 * 8
+    assert "tiny_30.weights" not in os.listdir(tmp_path)          # past `until`, not on 40s
+    losses = [float(m.split(":")[1].split(",")[0]) for m in lines if m.split(":")[0].isdigit()]
+
+    # the whole-run loss falls: the first iterations of a fresh run against the resumed tail
+    lines.clear()
+    train_detector(data, cfg, _opts(tmp_path / "again", max_batches=5), log=log)
+    start = [float(m.split(":")[1].split(",")[0]) for m in lines if m.split(":")[0].isdigit()]
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(start), (start, losses[-5:])
+
+    # seen past max_batches: a clear message; --clear starts again at 0
+    with pytest.raises(DarknumbaError, match="nothing to train.*--clear"):
+        train_detector(data, cfg, _opts(tmp_path, max_batches=40,
+                                         weights=str(tmp_path / "tiny_final.weights")), log=log)
+    lines.clear()
+    train_detector(data, cfg, _opts(tmp_path / "ft", max_batches=2, clear=True,
+                                    weights=str(tmp_path / "tiny_final.weights")), log=log)
+    assert [m.split(":")[0] for m in lines if m.split(":")[0].isdigit()] == ["1", "2"]
+
+
+def test_seed_makes_runs_reproducible(shapes, tmp_path):
+    data, cfg, _ = shapes
+    a = train_detector(data, cfg, _opts(tmp_path / "a", max_batches=3, seed=7), log=lambda *a, **k: None)
+    b = train_detector(data, cfg, _opts(tmp_path / "b", max_batches=3, seed=7), log=lambda *a, **k: None)
+    assert a["loss"] == b["loss"]
+    wa = (tmp_path / "a" / "tiny_final.weights").read_bytes()
+    assert wa == (tmp_path / "b" / "tiny_final.weights").read_bytes()
+
+
+def test_partial_weights_load_into_a_new_head(shapes, tmp_path):
+    data, cfg, _ = shapes
+    from darknumba.train import init_weights
+    net = dn.load_network(cfg)
+    init_weights(net, 0, seed=1)
+    net.seen = 1234
+    dn.save_weights(net, tmp_path / "full.weights")
+    from darknumba.train import partial
+    partial(cfg, tmp_path / "full.weights", tmp_path / "cut.weights", 3, log=lambda m: None)
+    fresh = dn.load_network(cfg)
+    assert load_partial_weights(fresh, tmp_path / "cut.weights") == 3
+    init_weights(fresh, 3, seed=2)
+    assert fresh.seen == 0
+    np.testing.assert_array_equal(fresh.layers[2].weights, net.layers[2].weights)
+    assert not np.array_equal(fresh.layers[6].weights, net.layers[6].weights)
+
+
+def test_nan_loss_stops_naming_iteration_and_layer(shapes, tmp_path, monkeypatch):
+    data, cfg, _ = shapes
+    real = dn.Network.train_datum
+
+    def poisoned(self, x, truth):
+        err = real(self, x, truth)
+        if self.current_batch() >= 3:
+            self.layers[2].output[5] = np.nan
+            return math.nan
+        return err
+    monkeypatch.setattr(dn.Network, "train_datum", poisoned)
+    opts = _opts(tmp_path, max_batches=10, schedule=Schedule(every=2, until=100, backup_every=2))
+    with pytest.raises(TrainingStopped, match=r"iteration 3: loss is nan .*layer 2 \(convolutional\)"
+                                             r".*tiny_2.weights"):
+        train_detector(data, cfg, opts, log=lambda *a, **k: None)
+    assert sorted(os.listdir(tmp_path)) == ["tiny.backup", "tiny_2.weights"]
+
+
+SCRIPT = """
+import os, sys, time
+marks = sys.argv[3]
+real_fsync = os.fsync
+calls = [0]
+def slow_fsync(fd):
+    calls[0] += 1
+    open(os.path.join(marks, f"write{calls[0]}"), "w").close()
+    if calls[0] >= 2:
+        time.sleep(60)           # the kill lands here, in the middle of the second write
+    real_fsync(fd)
+os.fsync = slow_fsync
+from darknumba.train import Schedule, TrainOptions, train_detector
+train_detector(sys.argv[1], sys.argv[2], TrainOptions(
+    backup=sys.argv[4], progress=False, chart=False, max_batches=int(sys.argv[5]),
+    schedule=Schedule(every=1000, until=0, every_after=100000, backup_every=1)))
+"""
+
+
+def _spawn(tmp_path, data, cfg, backup, max_batches, script=SCRIPT):
+    marks = tmp_path / "marks"
+    marks.mkdir(exist_ok=True)
+    (tmp_path / "run.py").write_text(script)
+    return subprocess.Popen([sys.executable, "-u", str(tmp_path / "run.py"), str(data), str(cfg),
+                             str(marks), str(backup), str(max_batches)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True), marks
+
+
+def _wait_for(path, proc, timeout=150):
+    t = time.time()
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early:\n{proc.stdout.read()}")
+        if time.time() - t > timeout:
+            proc.kill()
+            raise AssertionError(f"{path} did not appear in {timeout} s")
+        time.sleep(0.1)
+
+
+def test_kill_during_checkpoint_write_keeps_previous_checkpoint(shapes, tmp_path):
+    data, cfg, _ = shapes
+    backup = tmp_path / "backup"
+    proc, marks = _spawn(tmp_path, data, cfg, backup, 40)
+    _wait_for(marks / "write2", proc)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    leftovers = [n for n in os.listdir(backup) if n.startswith(".tmp-")]
+    assert leftovers, "the kill did not land inside a write"
+    assert sorted(os.listdir(backup)) == sorted(["tiny.backup"] + leftovers)
+    net = dn.load_network(cfg, backup / "tiny.backup")      # loads: complete and well-formed
+    assert net.seen == 1 * 8                                 # the iteration-1 checkpoint
+
+
+def test_ctrl_c_saves_and_exits_cleanly(shapes, tmp_path):
+    data, cfg, _ = shapes
+    backup = tmp_path / "backup"
+    script = SCRIPT.replace("if calls[0] >= 2:", "if False:").replace(
+        "backup_every=1", "backup_every=100000")
+    proc, marks = _spawn(tmp_path, data, cfg, backup, 100000, script)
+    t = time.time()
+    out = ""
+    while time.time() - t < 150:
+        line = proc.stdout.readline()
+        out += line
+        if line.startswith("3:"):
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=60)
+    out += rest
+    assert proc.returncode == 0, out
+    assert "stopped at iteration" in out
+    seen = dn.load_network(cfg, backup / "tiny.backup").seen
+    assert seen >= 3 * 8 and seen % 8 == 0
