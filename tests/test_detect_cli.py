@@ -39,8 +39,8 @@ DARKNET_HORSES_025 = [
     ("cow", 33, (301, 204, 379, 338)), ("horse", 27, (430, 224, 597, 353)),
     ("horse", 56, (0, 175, 178, 315)), ("horse", 49, (8, 185, 302, 413)),
     ("horse", 43, (475, 239, 554, 339))]
-# scikit-image's motorcycle_left.png (the default sample): one box, prob 0.661818743
-DARKNET_SAMPLE = ("motorbike", 0.661818743, (52, 56, 700, 456))
+# scikit-image's coffee.png (the default sample): one box, prob 0.640437961
+DARKNET_SAMPLE = ("cup", 0.640437961, (151, 23, 427, 306))
 
 runner = CliRunner()
 

@@ -51,7 +51,7 @@ def draw_detections(im, results: list[dict], classes: int):
     img = to_pil(im).copy()
     draw = ImageDraw.Draw(img)
     width = max(1, int(img.height * 0.006))
-    font = _font(max(10, int(img.height * 0.03)))
+    font = _font(max(12, int(img.height * 0.03)))
     seen = set()
     for d in results:
         if d["box"] in seen:                       # one drawing per box, in its first class
