@@ -262,3 +262,26 @@ def test_ctrl_c_saves_and_exits_cleanly(shapes, tmp_path):
     assert "stopped at iteration" in out
     seen = dn.load_network(cfg, backup / "tiny.backup").seen
     assert seen >= 3 * 8 and seen % 8 == 0
+
+
+def test_finetune_from_official_yolov3_tiny_via_partial(shapes, tmp_path):
+    """partial cuts the official weights after layer 14; they load into the shapes head cfg,
+    and a training step on generated data gives a finite loss."""
+    from conftest import ROOT, tiny_weights
+    from darknumba.augment import AugmentConfig
+    from darknumba.data import DetectionDataset, get_paths, read_data_cfg
+    from darknumba.loader import DetectionLoader, MultiScale
+    from darknumba.train import init_weights, partial
+    weights = tiny_weights()
+    cut = tmp_path / "yolov3-tiny.conv.15"
+    partial(ROOT / "cfg" / "yolov3-tiny.cfg", weights, cut, 15, log=lambda m: None)
+    net = dn.load_network(ROOT / "cfg" / "shapes-yolov3-tiny.cfg", batch=2)
+    assert load_partial_weights(net, cut) == 15 and net.seen == 0
+    init_weights(net, 15, seed=0)
+    full = dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", weights, batch=1)
+    np.testing.assert_array_equal(net.layers[13].weights, full.layers[13].weights)
+    dc = read_data_cfg(shapes[0])
+    ds = DetectionDataset(get_paths(dc.train), 3)
+    with DetectionLoader(ds, 2, AugmentConfig.from_network(net), MultiScale(160, 160, False, 0, 1)) as L:
+        X, T = next(L)
+    assert np.isfinite(net.train_datum(X, T))
