@@ -35,14 +35,6 @@ class Detections:
     def classes(self) -> int:
         return self.prob.shape[1]
 
-    @classmethod
-    def empty(cls, classes: int) -> "Detections":
-        return cls(np.zeros((0, 4), np.float32), np.zeros(0, np.float32),
-                   np.zeros((0, classes), np.float32))
-
-    def take(self, order) -> "Detections":
-        return Detections(self.bbox[order], self.objectness[order], self.prob[order])
-
 
 def yolo_layers(net) -> list:
     """The [yolo] layers of a network, or a CfgError saying detection needs one."""
@@ -87,8 +79,6 @@ def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.
     classes = layers[-1].classes
     if any(l.classes != classes for l in layers):
         raise CfgError("the yolo layers of this cfg disagree on the number of classes")
-    if not parts:
-        return Detections.empty(classes)
     return Detections(np.concatenate([p.bbox for p in parts]),
                       np.concatenate([p.objectness for p in parts]),
                       np.concatenate([p.prob for p in parts]))
