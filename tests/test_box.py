@@ -202,3 +202,22 @@ def test_nms_matches_naive(seed):
     got = do_nms_sort(Detections(bbox.copy(), obj.copy(), prob.copy()), .3)
     np.testing.assert_array_equal(got.bbox, bbox[order])
     np.testing.assert_array_equal(got.prob, want[order])
+
+
+def test_batch_decodes_each_image_on_its_own():
+    """Darknet averages with a flipped copy when batch == 2; here image b of a batch of 2
+    gives what it gives alone."""
+    import darknumba as dn
+    from conftest import DATA, tiny_weights
+    from darknumba.box import detect
+    from darknumba.image import load_image_color
+    w = tiny_weights()
+    if not (DATA / "dog.jpg").exists():
+        pytest.skip(f"{DATA / 'dog.jpg'} not found")
+    ims = [load_image_color(DATA / "dog.jpg")[:, :400, :500], load_image_color(DATA / "dog.jpg")]
+    two = detect(dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", w, batch=2), ims)
+    one = dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", w, batch=1)
+    for im, d2 in zip(ims, two):
+        d1 = detect(one, [im])[0]
+        np.testing.assert_allclose(d2.bbox, d1.bbox, atol=1e-5)
+        np.testing.assert_allclose(d2.prob, d1.prob, atol=1e-5)
