@@ -10,6 +10,21 @@ from .shortcut import ShortcutLayer
 from .softmax import SoftmaxLayer
 from .upsample import UpsampleLayer
 from .yolo import YoloLayer
+from .activation import ActivationLayer
+from .batchnorm import BatchnormLayer
+from .crnn import CRNNLayer
+from .crop import CropLayer
+from .deconvolutional import DeconvolutionalLayer
+from .detection import DetectionLayer
+from .gru import GRULayer
+from .l2norm import L2normLayer
+from .local import LocalLayer
+from .logistic import LogisticLayer
+from .lstm import LSTMLayer
+from .normalization import NormalizationLayer
+from .region import RegionLayer
+from .reorg import ReorgLayer
+from .rnn import RNNLayer
 
 # section name (and Darknet's aliases) -> layer class with a from_cfg(section, params) builder
 LAYER_TYPES = {
@@ -24,4 +39,19 @@ LAYER_TYPES = {
     "softmax": SoftmaxLayer, "soft": SoftmaxLayer,
     "dropout": DropoutLayer,
     "cost": CostLayer,
+    "region": RegionLayer,
+    "reorg": ReorgLayer,
+    "detection": DetectionLayer,
+    "local": LocalLayer,
+    "crop": CropLayer,
+    "batchnorm": BatchnormLayer,
+    "l2norm": L2normLayer,
+    "logistic": LogisticLayer,
+    "activation": ActivationLayer,
+    "deconvolutional": DeconvolutionalLayer, "deconv": DeconvolutionalLayer,
+    "normalization": NormalizationLayer, "lrn": NormalizationLayer,
+    "rnn": RNNLayer,
+    "gru": GRULayer,
+    "lstm": LSTMLayer,
+    "crnn": CRNNLayer,
 }

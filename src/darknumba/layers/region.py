@@ -1,0 +1,150 @@
+"""[region] (Darknet's `region_layer.c`): the YOLOv2 loss and detections.
+
+Per image the output is [n][coords + 1 + classes][h][w]; logistic on x, y and objectness,
+softmax over the classes with softmax=1 (else logistic). Anchors are in grid cells (not
+pixels as in [yolo]). truths = 30 x (coords + 1) per image.
+
+Training deltas are in output space (see kernels/region.py). Quirk: pjreddie's CPU
+backward_region_layer is commented out, so a CPU-built Darknet never back-propagates a
+[region] loss; the GPU build multiplies the x, y and objectness deltas by σ'(output) and adds
+them. We do what the GPU build does; compat="darknet-cpu" passes nothing, as the CPU build.
+Not supported: `tree=` (YOLO9000's hierarchical softmax) and `map=` (class maps).
+"""
+import math
+
+import numpy as np
+
+from ..box import Detections
+from ..image import letterbox_size
+from ..kernels.blas import axpy_cpu, copy_cpu
+from ..kernels.box import correct_yolo_boxes_cpu
+from ..kernels.region import (MAX_TRUTHS, activate_region_output, get_region_detections_cpu,
+                              region_deltas, region_gradient)
+from ..kernels.softmax import softmax_cpu
+from ..kernels.yolo import sum_squares
+from .base import Layer, require_image_input
+from .common import overwrites
+
+
+class RegionLayer(Layer):
+    type = "region"
+
+    def __init__(self, batch, w, h, n, classes, coords=4, anchors=None, compat=None):
+        self.batch, self.n, self.classes, self.coords = batch, n, classes, coords
+        self.biases = np.full(n * 2, 0.5, dtype=np.float32)
+        if anchors is not None:
+            self.biases[:len(anchors)] = anchors
+        self.truths = MAX_TRUTHS * (coords + 1)
+        self.compat = compat
+        self.softmax = self.background = self.rescore = self.bias_match = 0
+        self.max_boxes, self.jitter, self.thresh, self.random = 30, 0.2, 0.5, 0
+        self.coord_scale = self.object_scale = self.noobject_scale = 1.0
+        self.mask_scale = self.class_scale = 1.0
+        self.cost = 0.0
+        self.stats = None
+        self.resize(w, h)
+
+    def resize(self, w, h):
+        self.w = self.out_w = w
+        self.h = self.out_h = h
+        self.c = self.out_c = self.n * (self.classes + self.coords + 1)
+        self.outputs = self.inputs = w * h * self.c
+        self._alloc_io()
+
+    @classmethod
+    def from_cfg(cls, s, params):
+        require_image_input(s, params)
+        coords = s.find_int("coords", 4)
+        classes = s.find_int("classes", 20)
+        num = s.find_int("num", 1)
+        expected = num * (classes + coords + 1)
+        if params.c != expected:
+            raise s.error(None, f"the layer before this region layer has {params.c} filters, but "
+                                f"num*(classes+coords+1) = {num}*({classes}+{coords}+1) = "
+                                f"{expected} are needed")
+        for key in ("tree", "map"):
+            if s.has(key):
+                raise s.error(key, f"{key}= ({'hierarchical softmax' if key == 'tree' else 'class maps'}) "
+                                   f"is not supported")
+        anchors = s.find_list("anchors", float, None)
+        if anchors is not None and len(anchors) > 2 * num:
+            raise s.error("anchors", f"num={num} takes {2 * num} anchor values, found {len(anchors)}")
+        l = cls(params.batch, params.w, params.h, num, classes, coords, anchors, params.net.compat)
+        s.find_int("log", 0)
+        s.find_int("sqrt", 0)
+        l.softmax = s.find_int("softmax", 0)
+        l.background = s.find_int("background", 0)
+        l.max_boxes = s.find_int("max", 30)
+        l.jitter = s.find_float("jitter", 0.2)
+        l.rescore = s.find_int("rescore", 0)
+        l.thresh = s.find_float("thresh", 0.5)
+        s.find_int("classfix", 0)
+        s.find_int("absolute", 0)
+        l.random = s.find_int("random", 0)
+        l.coord_scale = s.find_float("coord_scale", 1)
+        l.object_scale = s.find_float("object_scale", 1)
+        l.noobject_scale = s.find_float("noobject_scale", 1)
+        l.mask_scale = s.find_float("mask_scale", 1)
+        l.class_scale = s.find_float("class_scale", 1)
+        l.bias_match = s.find_int("bias_match", 0)
+        return l
+
+    def forward(self, net):
+        """forward_region_layer"""
+        wh = self.w * self.h
+        copy_cpu(self.batch * self.outputs, net.input, self.output)
+        activate_region_output(self.output, self.batch, self.n, self.coords, self.classes, wh,
+                               self.background, not self.softmax)
+        if self.softmax:
+            index = (self.coords + (0 if self.background else 1)) * wh
+            softmax_cpu(net.input[index:], self.classes + self.background, self.batch * self.n,
+                        self.inputs // self.n, wh, 1, wh, 1.0, self.output[index:])
+        self.delta[:] = 0.0
+        if not net.train or net.truth is None:
+            return
+        stats = np.zeros(6, dtype=np.float64)
+        region_deltas(self.output, net.truth, self.biases, self.batch, self.n, self.w, self.h,
+                      self.coords, self.classes, self.truths, self.thresh, net.seen < 12800,
+                      self.coord_scale, self.object_scale, self.noobject_scale, self.class_scale,
+                      self.mask_scale, bool(self.bias_match), bool(self.rescore),
+                      bool(self.background), not self.softmax, self.delta, stats)
+        self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
+        iou, recall, cat, obj, anyobj, count = stats
+        per = (lambda v: v / count) if count else (lambda v: math.nan)
+        self.stats = {"avg_iou": per(iou), "class": per(cat), "obj": per(obj),
+                      "no_obj": anyobj / (wh * self.n * self.batch), "recall": per(recall),
+                      "count": int(count)}
+
+    def stats_line(self) -> str:
+        """Darknet's print-out of the last training forward."""
+        s = self.stats
+        if s is None:
+            return ""
+        return (f"Region Avg IOU: {s['avg_iou']:f}, Class: {s['class']:f}, Obj: {s['obj']:f}, "
+                f"No Obj: {s['no_obj']:f}, Avg Recall: {s['recall']:f},  count: {s['count']}")
+
+    def backward(self, net):
+        """backward_region_layer_gpu (see the module docstring for the CPU quirk)."""
+        if net.delta is None or overwrites(self.compat):
+            return
+        region_gradient(self.output, self.delta, self.batch, self.n, self.coords, self.classes,
+                        self.w * self.h, bool(self.background))
+        axpy_cpu(self.batch * self.inputs, 1.0, self.delta, net.delta)
+
+    def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True):
+        """get_region_detections + correct_region_boxes for image b, as a box.Detections of
+        all n·w·h candidates (objectness 0 below thresh). Darknet averages with a flipped copy
+        when the batch is 2; here each image is decoded on its own."""
+        k = self.n * self.w * self.h
+        dets = Detections(np.empty((k, 4), np.float32), np.empty(k, np.float32),
+                          np.empty((k, self.classes), np.float32))
+        get_region_detections_cpu(dets.bbox, dets.objectness, dets.prob, self.output,
+                                  b * self.outputs, self.n, self.w, self.h, self.coords,
+                                  self.classes, self.biases, np.float32(thresh),
+                                  bool(self.background))
+        new_w, new_h = letterbox_size(w, h, netw, neth) if letterbox else (netw, neth)
+        correct_yolo_boxes_cpu(dets.bbox, w, h, netw, neth, new_w, new_h, relative)
+        return dets
+
+    def describe(self):
+        return "detection"

@@ -1,0 +1,54 @@
+"""What the recurrent layers ([rnn], [gru], [lstm], [crnn]) share: sub-layers (connected or
+convolutional) built for one time step of `batch` sequences, whose output / delta (and batch
+norm x / x_norm) are views into buffers holding all `steps` time steps. `at(t)` points the
+views at step t (Darknet's increment_layer). Input and output are laid out [step][batch][...].
+"""
+from types import SimpleNamespace
+
+import numpy as np
+
+from .base import zeros
+
+
+class StepBuffers:
+    """Per-step views of a sub-layer's buffers."""
+
+    def __init__(self, layer, steps):
+        self.layer, self.steps = layer, steps
+        self.n = layer.batch * layer.outputs
+        self.output = zeros(steps * self.n)
+        self.delta = zeros(steps * self.n)
+        self.bn = bool(getattr(layer, "batch_normalize", False))
+        if self.bn:
+            self.x = zeros(steps * self.n)
+            self.x_norm = zeros(steps * self.n)
+
+    def at(self, t):
+        l, n = self.layer, self.n
+        l.output = self.output[t * n:(t + 1) * n]
+        l.delta = self.delta[t * n:(t + 1) * n]
+        if self.bn:
+            l.x = self.x[t * n:(t + 1) * n]
+            l.x_norm = self.x_norm[t * n:(t + 1) * n]
+        return l
+
+    def out(self, t):
+        return self.output[t * self.n:(t + 1) * self.n]
+
+    def dlt(self, t):
+        return self.delta[t * self.n:(t + 1) * self.n]
+
+
+def step_net(net, input=None, delta=None):
+    """The `network s = net` copy Darknet passes to a sub-layer: its own input and delta."""
+    return SimpleNamespace(input=input, delta=delta, train=net.train, truth=None,
+                           workspace=net.workspace, seen=getattr(net, "seen", 0),
+                           compat=getattr(net, "compat", None), index=getattr(net, "index", 0))
+
+
+def workspace_of(layers) -> int:
+    return max([getattr(l, "workspace_size", 0) for l in layers] + [0])
+
+
+def as_f32(a):
+    return np.ascontiguousarray(a, dtype=np.float32)

@@ -1,0 +1,359 @@
+"""The layer types beyond the yolov3 family, one by one: forward against numpy references
+written from Darknet's definitions, backward against finite differences (or, where Darknet's
+backward is not the true gradient, against Darknet's formula), weights round trips."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import darknumba as dn
+from darknumba.cfg import parse_cfg_text
+from darknumba.layers import LAYER_TYPES
+from darknumba.layers.base import SizeParams, UpdateArgs
+from darknumba.weights import load_weights, save_weights
+
+RNG = np.random.default_rng(7)
+
+
+def rand(*shape, lo=-1.0, hi=1.0):
+    return RNG.uniform(lo, hi, shape).astype(np.float32)
+
+
+def build(section_text, batch, h, w, c, inputs=None, compat=None, time_steps=1):
+    """One layer from a cfg section, with a minimal network as its builder sees it."""
+    s = parse_cfg_text(section_text)[0]
+    net = SimpleNamespace(layers=[], compat=compat, time_steps=time_steps, adam=False)
+    params = SizeParams(batch=batch, h=h, w=w, c=c, inputs=inputs or h * w * c, index=0, net=net)
+    return LAYER_TYPES[s.type].from_cfg(s, params)
+
+
+def run_net(l, x, train=True, truth=None, seen=0, want_delta=True, compat=None):
+    ws = np.zeros(max(getattr(l, "workspace_size", 0), 1), np.float32)
+    return SimpleNamespace(input=np.ascontiguousarray(x, np.float32).ravel(), train=train,
+                           truth=truth, seen=seen, workspace=ws, index=0, compat=compat,
+                           delta=np.zeros(x.size, np.float32) if want_delta else None)
+
+
+def forward(l, x, train=True, truth=None, seen=0):
+    net = run_net(l, x, train, truth, seen)
+    l.delta.fill(0)
+    l.forward(net)
+    return net, l.output.copy()
+
+
+def backward_with(l, x, g, train=True):
+    """net.delta after backward with the layer's delta seeded to g: the gradient of
+    sum(g * output) w.r.t. the input (Darknet's sign convention: delta = -dLoss/d.)."""
+    net, _ = forward(l, x, train)
+    l.delta[:] = g.ravel()
+    l.backward(net)
+    return net.delta.copy()
+
+
+def numeric_grad(f, x, idx, eps=1e-2):
+    out = []
+    for i in idx:
+        xp, xm = x.copy(), x.copy()
+        xp.flat[i] += eps
+        xm.flat[i] -= eps
+        out.append((f(xp) - f(xm)) / (2 * eps))
+    return np.array(out)
+
+
+def check_input_grad(l, x, train=True, n=25, tol=2e-2, eps=1e-2):
+    g = rand(l.output.size)
+    got = backward_with(l, x, g, train)
+
+    def f(xx):
+        _, y = forward(l, xx, train)
+        return float(np.dot(g.astype(np.float64), y.astype(np.float64)))
+    idx = RNG.choice(x.size, min(n, x.size), replace=False)
+    num = numeric_grad(f, x, idx, eps)
+    scale = max(1.0, float(np.abs(num).max()))
+    assert np.abs(got.flat[idx] - num).max() / scale < tol, (got.flat[idx], num)
+
+
+def check_param_grad(l, x, name, train=True, n=20, tol=2e-2, eps=1e-2, updates=None):
+    p = getattr(l, name)
+    upd = getattr(l, updates or {"biases": "bias_updates", "scales": "scale_updates",
+                                 "weights": "weight_updates"}[name])
+    g = rand(l.output.size)
+    upd.fill(0)
+    backward_with(l, x, g, train)
+    got = upd.copy()
+
+    def f(pp):
+        old = p.copy()
+        p[:] = pp
+        _, y = forward(l, x, train)
+        p[:] = old
+        return float(np.dot(g.astype(np.float64), y.astype(np.float64)))
+    idx = RNG.choice(p.size, min(n, p.size), replace=False)
+    num = numeric_grad(f, p.copy(), idx, eps)
+    scale = max(1.0, float(np.abs(num).max()))
+    assert np.abs(got.flat[idx] - num).max() / scale < tol, (got.flat[idx], num)
+
+
+def sigmoid(v):
+    return 1 / (1 + np.exp(-v.astype(np.float64)))
+
+
+# -- activation, logistic, l2norm ------------------------------------------------------------
+
+def test_activation_forward_backward():
+    l = build("[activation]\nactivation=leaky\n", 2, 3, 4, 5)
+    x = rand(2, 5, 3, 4)
+    x += np.sign(x) * 0.05                             # finite differences stay off the kink
+    _, y = forward(l, x)
+    np.testing.assert_allclose(y, np.where(x > 0, x, 0.1 * x).ravel(), rtol=1e-6)
+    check_input_grad(l, x)
+    l = build("[activation]\nactivation=tanh\n", 2, 3, 4, 5)
+    check_input_grad(l, x)
+    assert "Activation Layer: 60 inputs" == l.describe()
+
+
+def test_activation_compat_overwrites_previous_delta():
+    l = build("[activation]\n", 1, 2, 2, 1, compat="darknet-cpu")
+    x = rand(1, 1, 2, 2)
+    net, _ = forward(l, x)
+    net.delta[:] = 5
+    l.delta[:] = 1
+    l.backward(net)
+    np.testing.assert_array_equal(net.delta, 1)       # linear: copied, not added
+
+
+def test_logistic_cross_entropy():
+    l = build("[logistic]\n", 3, 1, 1, 4, inputs=4)
+    x = rand(3, 4, lo=-3, hi=3)
+    t = (RNG.uniform(size=(3, 4)) > 0.5).astype(np.float32)
+    net, y = forward(l, x, truth=t.ravel())
+    p = sigmoid(x).ravel()
+    np.testing.assert_allclose(y, p, rtol=1e-6)
+    np.testing.assert_allclose(l.delta, t.ravel() - p, atol=1e-6)
+    ce = -(t.ravel() * np.log(p) + (1 - t.ravel()) * np.log(1 - p)).sum()
+    assert l.cost == pytest.approx(ce, rel=1e-5)
+    net.delta[:] = 0
+    l.backward(net)
+    np.testing.assert_allclose(net.delta, t.ravel() - p, atol=1e-6)    # BCE w.r.t. the logit
+
+
+def test_l2norm_forward_and_passthrough_backward():
+    l = build("[l2norm]\n", 2, 3, 3, 4)
+    x = rand(2, 4, 3, 3)
+    _, y = forward(l, x)
+    ref = x / np.sqrt((x.astype(np.float64) ** 2).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5)
+    g = rand(l.output.size)
+    np.testing.assert_array_equal(backward_with(l, x, g), g)     # Darknet: delta unchanged
+
+
+# -- normalization (LRN) ---------------------------------------------------------------------
+
+def lrn_ref(x, size, alpha, beta, kappa):
+    b, c, h, w = x.shape
+    sq = x.astype(np.float64) ** 2
+    norms = np.empty_like(sq)
+    for k in range(c):
+        lo, hi = max(0, k - (size - 1) // 2), min(c - 1, k + size // 2)
+        norms[:, k] = kappa + alpha * sq[:, lo:hi + 1].sum(axis=1)
+    return x * norms ** -beta, norms
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 5])
+def test_normalization_forward_and_darknet_backward(size):
+    l = build(f"[lrn]\nsize={size}\nalpha=0.5\nbeta=0.75\nkappa=2\n", 2, 3, 2, 6)
+    x = rand(2, 6, 3, 2, lo=-2, hi=2)
+    _, y = forward(l, x)
+    ref, norms = lrn_ref(x, size, 0.5, 0.75, 2.0)
+    np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5)
+    g = rand(l.output.size)
+    # Darknet's approximate backward: delta * norms^-beta (cross-channel terms dropped)
+    np.testing.assert_allclose(backward_with(l, x, g), g * (norms ** -0.75).ravel(), rtol=1e-5)
+    assert l.describe() == f"Local Response Normalization Layer: 2 x 3 x 6 image, {size} size"
+
+
+# -- batchnorm -------------------------------------------------------------------------------
+
+def test_batchnorm_train_and_test_forward_backward_and_update():
+    l = build("[batchnorm]\n", 3, 2, 3, 4)
+    l.scales[:] = rand(4, lo=0.5, hi=1.5)
+    l.biases[:] = rand(4)
+    l.rolling_mean[:] = rand(4)
+    l.rolling_variance[:] = rand(4, lo=0.5, hi=2)
+    rm, rv = l.rolling_mean.copy(), l.rolling_variance.copy()
+    x = rand(3, 4, 2, 3, lo=-2, hi=2)
+    _, y = forward(l, x, train=False)
+    ref = (x - rm[None, :, None, None]) / (np.sqrt(rv)[None, :, None, None] + 1e-6)
+    ref = ref * l.scales[None, :, None, None] + l.biases[None, :, None, None]
+    np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5, atol=1e-6)
+    _, y = forward(l, x, train=True)
+    mu = x.mean(axis=(0, 2, 3))
+    var = x.var(axis=(0, 2, 3), ddof=1)                                 # unbiased, as Darknet
+    ref = (x - mu[None, :, None, None]) / (np.sqrt(var)[None, :, None, None] + 1e-6)
+    ref = ref * l.scales[None, :, None, None] + l.biases[None, :, None, None]
+    np.testing.assert_allclose(y, ref.ravel(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(l.rolling_mean, 0.99 * rm + 0.01 * mu, rtol=1e-5, atol=1e-6)
+    check_input_grad(l, x, train=True, tol=3e-2)
+    check_param_grad(l, x, "scales", train=True)
+    check_param_grad(l, x, "biases", train=True)
+    b0 = l.biases.copy()
+    l.update(UpdateArgs(batch=3, learning_rate=0.1, momentum=0.9, decay=0.0005))
+    assert not np.array_equal(b0, l.biases)
+    assert [n for n, _ in l.weight_records()] == ["scales", "rolling_mean", "rolling_variance"]
+
+
+# -- reorg -----------------------------------------------------------------------------------
+
+def reorg_ref(x, stride, forward_flag):
+    """Darknet's reorg_cpu index formula, written with numpy indices."""
+    b, c, h, w = x.shape
+    out_c = c // (stride * stride)
+    k, j, i = np.meshgrid(np.arange(c), np.arange(h), np.arange(w), indexing="ij")
+    c2, off = k % out_c, k // out_c
+    w2, h2 = i * stride + off % stride, j * stride + off // stride
+    out = np.zeros(x.size, np.float32)
+    flat = x.reshape(b, -1)
+    for bb in range(b):
+        in_idx = (i + w * (j + h * (k + c * bb))).ravel()
+        out_idx = (w2 + w * stride * (h2 + h * stride * (c2 + out_c * bb))).ravel()
+        src = flat[bb].ravel()
+        if forward_flag:
+            out[out_idx] = x.ravel()[in_idx]
+        else:
+            out[in_idx] = x.ravel()[out_idx]
+    return out
+
+
+@pytest.mark.parametrize("reverse", [0, 1])
+def test_reorg_permutation_and_adjoint(reverse):
+    if reverse:
+        l = build("[reorg]\nstride=2\nreverse=1\n", 2, 3, 3, 8)
+        x = rand(2, 8, 3, 3)
+    else:
+        l = build("[reorg]\nstride=2\n", 2, 4, 6, 4)
+        x = rand(2, 4, 4, 6)
+    _, y = forward(l, x)
+    np.testing.assert_array_equal(y, reorg_ref(x, 2, 1 if reverse else 0))
+    assert sorted(y) == sorted(x.ravel())
+    g = rand(l.output.size)
+    dx = backward_with(l, x, g)
+    assert np.dot(g, y) == pytest.approx(np.dot(dx, x.ravel()), rel=1e-5)   # adjoint
+
+
+def test_reorg_shapes_like_yolov2():
+    l = build("[reorg]\nstride=2\n", 1, 26, 26, 64)
+    assert (l.out_w, l.out_h, l.out_c) == (13, 13, 256)
+    assert l.describe() == "reorg              / 2    26 x  26 x  64   ->    13 x  13 x 256"
+
+
+# -- crop ------------------------------------------------------------------------------------
+
+def test_crop_test_mode_centre_and_train_flip():
+    l = build("[crop]\ncrop_height=3\ncrop_width=4\nflip=1\n", 2, 5, 6, 3)
+    x = rand(2, 3, 5, 6, lo=0, hi=1)
+    _, y = forward(l, x, train=False)
+    np.testing.assert_allclose(y, (x[:, :, 1:4, 1:5] * 2 - 1).ravel(), rtol=1e-6)
+    seen = set()
+    for _ in range(30):
+        _, y = forward(l, x, train=True)
+        y = y.reshape(2, 3, 3, 4)
+        found = False
+        for dh in range(3):
+            for dw in range(3):
+                win = x[:, :, dh:dh + 3, dw:dw + 4] * 2 - 1
+                for flip in (0, 1):
+                    ref = win[..., ::-1] if flip else win
+                    if np.allclose(y, ref):
+                        found = True
+                        seen.add(flip)
+        assert found
+    assert seen == {0, 1}
+
+
+# -- local -----------------------------------------------------------------------------------
+
+def local_ref(x, W, B, n, size, stride, pad):
+    b, c, h, w = x.shape
+    oh = ((h - 1) if pad else (h - size)) // stride + 1
+    ow = ((w - 1) if pad else (w - size)) // stride + 1
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    W = W.reshape(oh * ow, n, c, size, size)
+    out = np.zeros((b, n, oh, ow))
+    for y in range(oh):
+        for xx in range(ow):
+            patch = xp[:, :, y * stride:y * stride + size, xx * stride:xx * stride + size]
+            out[:, :, y, xx] = np.einsum("bcij,ncij->bn", patch, W[y * ow + xx])
+    return out + B.reshape(1, n, oh, ow)
+
+
+@pytest.mark.parametrize("size,stride,pad", [(3, 1, 1), (3, 2, 0), (1, 1, 0), (2, 2, 0)])
+def test_local_forward_backward(size, stride, pad):
+    l = build(f"[local]\nfilters=3\nsize={size}\nstride={stride}\npad={pad}\nactivation=linear\n",
+              2, 5, 4, 2)
+    l.weights[:] = rand(l.nweights)
+    l.biases[:] = rand(l.outputs)
+    x = rand(2, 2, 5, 4)
+    _, y = forward(l, x)
+    ref = local_ref(x, l.weights, l.biases, 3, size, stride, pad)
+    np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5, atol=1e-5)
+    check_input_grad(l, x)
+    check_param_grad(l, x, "weights")
+    check_param_grad(l, x, "biases")
+
+
+def test_local_weights_round_trip(tmp_path):
+    cfg = tmp_path / "loc.cfg"
+    cfg.write_text("[net]\nbatch=1\nwidth=5\nheight=5\nchannels=2\n\n"
+                   "[local]\nfilters=2\nsize=3\nstride=1\npad=1\nactivation=leaky\n")
+    net = dn.parse_network_cfg(cfg)
+    l = net.layers[0]
+    assert l.weights.size == 5 * 5 * 2 * 3 * 3 * 2 and l.biases.size == 5 * 5 * 2
+    l.weights[:] = rand(l.weights.size)
+    l.biases[:] = rand(l.biases.size)
+    save_weights(net, tmp_path / "a.weights")
+    data = (tmp_path / "a.weights").read_bytes()
+    assert len(data) == 20 + 4 * (l.biases.size + l.weights.size)
+    np.testing.assert_array_equal(np.frombuffer(data[20:20 + 4 * l.biases.size], "<f4"), l.biases)
+    net2 = dn.parse_network_cfg(cfg)
+    load_weights(net2, tmp_path / "a.weights")
+    np.testing.assert_array_equal(net2.layers[0].weights, l.weights)
+
+
+# -- deconvolutional -------------------------------------------------------------------------
+
+def deconv_ref(x, W, B, n, size, stride, pad):
+    b, c, h, w = x.shape
+    oh, ow = (h - 1) * stride + size - 2 * pad, (w - 1) * stride + size - 2 * pad
+    full = np.zeros((b, n, (h - 1) * stride + size, (w - 1) * stride + size))
+    W = W.reshape(c, n, size, size).astype(np.float64)
+    for y in range(h):
+        for xx in range(w):
+            full[:, :, y * stride:y * stride + size, xx * stride:xx * stride + size] += \
+                np.einsum("bc,cnij->bnij", x[:, :, y, xx], W)
+    return full[:, :, pad:pad + oh, pad:pad + ow] + B[None, :, None, None]
+
+
+@pytest.mark.parametrize("size,stride,pad", [(2, 2, 0), (3, 1, 1), (4, 2, 1), (3, 2, 0)])
+def test_deconvolutional_forward_backward(size, stride, pad):
+    l = build(f"[deconvolutional]\nfilters=3\nsize={size}\nstride={stride}\npadding={pad}\n"
+              f"activation=linear\n", 2, 3, 4, 2)
+    l.weights[:] = rand(l.nweights)
+    l.biases[:] = rand(3)
+    x = rand(2, 2, 3, 4)
+    _, y = forward(l, x)
+    np.testing.assert_allclose(y, deconv_ref(x, l.weights, l.biases, 3, size, stride, pad).ravel(),
+                               rtol=1e-5, atol=1e-5)
+    check_input_grad(l, x)
+    check_param_grad(l, x, "weights")
+    check_param_grad(l, x, "biases")
+
+
+def test_deconvolutional_batchnorm_backward():
+    l = build("[deconv]\nfilters=2\nsize=2\nstride=2\nbatch_normalize=1\nactivation=leaky\n",
+              2, 2, 2, 3)
+    l.weights[:] = rand(l.nweights)
+    x = rand(2, 3, 2, 2)
+    check_input_grad(l, x, tol=3e-2)
+    check_param_grad(l, x, "weights", tol=3e-2)
+    assert [n for n, _ in l.weight_records()] == ["biases", "scales", "rolling_mean",
+                                                  "rolling_variance", "weights"]
