@@ -8,7 +8,6 @@ which both decode alike, the test holds the probability itself."""
 import json
 import subprocess
 import sys
-from collections import defaultdict
 
 import numpy as np
 import pytest
