@@ -285,3 +285,24 @@ def test_finetune_from_official_yolov3_tiny_via_partial(shapes, tmp_path):
     with DetectionLoader(ds, 2, AugmentConfig.from_network(net), MultiScale(160, 160, False, 0, 1)) as L:
         X, T = next(L)
     assert np.isfinite(net.train_datum(X, T))
+
+
+def test_multiscale_sizes_and_resize_during_training(shapes, tmp_path):
+    from darknumba.loader import MultiScale, multiscale_sizes
+    assert multiscale_sizes(416) == list(range(320, 609, 32))
+    assert multiscale_sizes(64) == [64, 96]
+    ms = MultiScale(416, 416, True, seed=0, max_batches=10000)
+    sizes = [ms.size(k) for k in range(0, 2000)]
+    assert all(sizes[k] == sizes[k - k % 10] for k in range(2000))       # every 10 batches
+    assert len(set(sizes)) > 3 and all(320 <= s[0] <= 608 for s in sizes)
+    assert ms.size(9850) == (608, 608)                                   # the last 200: largest
+    assert MultiScale(416, 416, False, 0, 10000).size(5) == (416, 416)
+    data, cfg, _ = shapes
+    c2 = tmp_path / "ms.cfg"
+    c2.write_text(TINY.replace("width=32\nheight=32", "width=64\nheight=64")
+                  .replace("random=0", "random=1"))
+    lines = []
+    train_detector(data, c2, _opts(tmp_path, max_batches=3), log=lambda m, file=None: lines.append(m))
+    assert "Resizing to 96 x 96" in lines
+    net = dn.load_network(c2, tmp_path / "ms_final.weights")
+    assert net.seen == 3 * 8
