@@ -10,7 +10,8 @@ from typer.testing import CliRunner
 
 import darknumba as dn
 from darknumba.cli import app
-from darknumba.compare import compare_npz, diff, term_scale
+from darknumba.compare import compare_npz
+from darknumba.tensordiff import diff, term_scale
 from darknumba.darknet_ref import DarknetTree, find_compiler, run_darknet
 from darknumba.errors import DarknumbaError
 

@@ -1,54 +1,23 @@
 """`darknumba compare`: the same network, weights and input through darknumba and through C
 darknet (a user's own build, see darknet_ref.py, or tensors recorded in an .npz), compared
-tensor by tensor in the order they are computed.
+tensor by tensor in the order they are computed (tensordiff.py says which and how).
 
-Both sides are dicts in the golden fixtures' layout: ``input``, ``truth``, ``cost``,
-``L###_output`` / ``_delta`` / ``_cost`` / ``_weight_updates`` / ``_bias_updates`` /
-``_scale_updates`` / ``_rolling_mean`` / ``_rolling_variance``, ``before_L###_{weights,biases,
-scales}`` and ``after_L###_...`` (after the update). Run modes are the fixtures' own:
-``forward_test`` (forward_network, train=0, no truth), ``forward_train`` (train=1 with truth),
-``trainstep`` (train_network_datum: seen += batch, forward, backward, update_network when a full
-batch is done).
-
-A tensor passes when max |ours - darknet| <= tol * max |darknet| (the scale at least 1e-6).
-Parameters after an update are compared as the step they took (after - before), so a wrong
-learning rate is not hidden behind the size of the weights.
+Run modes are the golden fixtures' own: ``forward_test`` (forward_network, train=0, no truth),
+``forward_train`` (train=1 with truth), ``trainstep`` (train_network_datum: seen += batch,
+forward, backward, update_network when a full batch is done).
 """
 from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from .darknet_ref import GRAD_FIELDS, MODES, PARAM_FIELDS, TRAIN_FORWARD_FIELDS
+from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
 from .errors import DarknumbaError
-
-DEFAULT_TOL = 1e-4
-SCALE_FLOOR = 1e-6
-KEY = re.compile(r"^(?:(before|after)_)?L(\d{3})_([a-z_]+)$")
-STEP_PARAMS = ("weights", "biases", "scales")
-AFTER_FIELDS = PARAM_FIELDS + ("weight_updates", "bias_updates", "scale_updates")
-# order inside each phase
-FORWARD_ORDER = ("output", "cost", "delta", "rolling_mean", "rolling_variance")
-BACKWARD_ORDER = ("delta", "weight_updates", "bias_updates", "scale_updates")
-
-
-@dataclass
-class Row:
-    layer: int | None        # None for network-level tensors (input, cost)
-    type: str
-    tensor: str
-    shape: str
-    max_abs: float
-    max_rel: float
-    ok: bool
-    note: str = ""
-    judged: bool = True      # False: shown for information, never fails the comparison
-
+from .tensordiff import AFTER_FIELDS, DEFAULT_TOL, STEP_PARAMS, Row, compare_tensors, scalar_rows
 
 @dataclass
 class Report:
@@ -126,170 +95,6 @@ def _fmt(v):
 
 def _where(r: Row) -> str:
     return "network" if r.layer is None else f"layer {r.layer}"
-
-
-def diff(ours, ref, terms=None) -> tuple[float, float]:
-    """(max |ours - ref|, max of |ours - ref| / scale), in float64. The scale is max |ref| (at
-    least 1e-6), or per entry the larger of that and `terms` (the sum of |terms| of a sum)."""
-    a = np.asarray(ours, np.float64).reshape(-1)
-    b = np.asarray(ref, np.float64).reshape(-1)
-    if b.size == 0:
-        return 0.0, 0.0
-    d = np.abs(a - b)
-    if not np.all(np.isfinite(d)):      # NaN on one side only, or inf
-        same = (np.isnan(a) & np.isnan(b)) | (a == b)
-        d = np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf))
-    scale = max(float(np.max(np.abs(b[np.isfinite(b)]), initial=0.0)), SCALE_FLOOR)
-    if terms is not None and np.size(terms) == d.size:
-        return float(d.max()), float(np.max(d / np.maximum(scale, terms)))
-    return float(d.max()), float(d.max()) / scale
-
-
-def term_scale(f: str, i: int, ref: dict, layer):
-    """Per entry, a bound on the sum of |terms| that a conv / connected gradient adds up, from
-    darknet's own tensors: bias_updates = sum of delta, scale_updates = sum of delta * x_norm,
-    weight_updates = sum of delta * input (bounded by max |input|). Such sums cancel (BN, softmax
-    deltas sum to ~0), so their float error follows the terms, not the result."""
-    d = ref.get(f"L{i:03d}_delta_in", ref.get(f"L{i:03d}_delta"))
-    if d is None or layer is None or layer.type not in ("convolutional", "connected"):
-        return None
-    n, sp = (layer.n, layer.out_h * layer.out_w) if layer.type == "convolutional" \
-        else (layer.outputs, 1)
-    if d.size != layer.batch * n * sp:
-        return None
-    d = np.abs(d.astype(np.float64)).reshape(layer.batch, n, sp)
-    if f == "bias_updates":
-        return d.sum(axis=(0, 2))
-    if f == "scale_updates":
-        xn = ref.get(f"L{i:03d}_x_norm")
-        return None if xn is None or xn.size != d.size else \
-            (d * np.abs(xn.reshape(d.shape))).sum(axis=(0, 2))
-    if f == "weight_updates":
-        x = ref.get(f"L{i - 1:03d}_output") if i else ref.get("input")
-        if x is None or layer.nweights % n:
-            return None
-        return np.repeat(d.sum(axis=(0, 2)) * float(np.max(np.abs(x))), layer.nweights // n)
-    return None
-
-
-def _shape_of(layer, fieldname: str, n: int) -> str:
-    """A readable shape for a flat tensor of `layer` (a darknumba layer or None)."""
-    if layer is not None:
-        if fieldname in ("output", "delta") and layer.batch * layer.outputs == n:
-            if layer.out_c * layer.out_h * layer.out_w == layer.outputs:
-                return "x".join(map(str, layer.output_shape()))
-            return f"{layer.batch}x{layer.outputs}"
-        if fieldname in ("weights", "weight_updates"):
-            if layer.type == "convolutional" and layer.nweights == n:
-                return f"{layer.n}x{layer.c // layer.groups}x{layer.size}x{layer.size}"
-            if layer.type == "connected" and layer.inputs * layer.outputs == n:
-                return f"{layer.outputs}x{layer.inputs}"
-    return str(n)
-
-
-def compare_tensors(ours: dict, ref: dict, layers, tol: float = DEFAULT_TOL,
-                    ref_types: list[str] | None = None,
-                    factors: dict | None = None) -> tuple[list[Row], list[str]]:
-    """Rows for every tensor both sides hold, in the order darknet computes them: the input,
-    loaded parameters, forward (layer 0 up), backward (last layer down), update (layer 0 up).
-    `layers`: darknumba's layers (types and shapes). `factors`: what turns a gradient into the
-    momentum buffer ("after": momentum) and into the parameter step ("step": rate / batch),
-    to carry term_scale over to those rows. Returns (rows, keys only ref has)."""
-    factors = factors or {}
-    def ltype(i):
-        if i < len(layers):
-            return layers[i].type
-        return ref_types[i] if ref_types and i < len(ref_types) else "?"
-
-    n = max(len(layers), len(ref_types or []))
-    train_step = any(k.startswith("after_") for k in ref)   # else delta is forward's loss delta
-    l0 = layers[0] if layers else None
-    input_shape = f"{l0.batch}x{l0.c}x{l0.h}x{l0.w}" if l0 is not None else ""
-    plan = []               # (sort key, layer, tensor name, ours value, ref value, field)
-    not_compared = []
-    for key in ref:
-        m = KEY.match(key)
-        if key == "input" and "letterbox" in ours:     # information: both ran on ref's input
-            plan.append(((0, 0, 0), None, "letterbox", ours["letterbox"], ref[key], "input"))
-            continue
-        if key == "cost" and key in ours:                # the mean cost of the loss layers
-            plan.append(((2, n, 0), None, key, ours[key], ref[key], key))
-            continue
-        if not m:
-            continue
-        prefix, i, f = m.group(1), int(m.group(2)), m.group(3)
-        if prefix == "before":
-            if f in STEP_PARAMS and key in ours:
-                plan.append(((1, i, STEP_PARAMS.index(f)), i, f"loaded {f}", ours[key], ref[key], f))
-            continue
-        if prefix == "after":
-            if f not in AFTER_FIELDS:
-                continue
-            if key not in ours:
-                not_compared.append(key)
-                continue
-            b = f"before_L{i:03d}_{f}"
-            order = (4, i, AFTER_FIELDS.index(f))
-            if f in STEP_PARAMS and b in ours and b in ref and ours[b].size == ours[key].size \
-                    and ref[b].size == ref[key].size:
-                a = ours[key].astype(np.float64) - ours[b]
-                r = ref[key].astype(np.float64) - ref[b]
-                grad = {"weights": "weight_updates", "biases": "bias_updates",
-                        "scales": "scale_updates"}[f]
-                plan.append((order, i, f"{f} step", a, r, (grad, factors.get("step"))))
-            else:
-                plan.append((order, i, f"{f} after", ours[key], ref[key], (f, factors.get("after"))))
-            continue
-        if f not in FORWARD_ORDER + BACKWARD_ORDER:
-            continue
-        if key not in ours:
-            not_compared.append(key)
-            continue
-        if f in BACKWARD_ORDER and (f != "delta" or train_step):
-            plan.append(((3, n - i, BACKWARD_ORDER.index(f)), i, f, ours[key], ref[key], f))
-        else:
-            plan.append(((2, i, FORWARD_ORDER.index(f)), i, f, ours[key], ref[key], f))
-    rows = []
-    for _, i, name, a, b, f in sorted(plan, key=lambda p: p[0]):
-        layer = layers[i] if i is not None and i < len(layers) else None
-        t = "network" if i is None else ltype(i)
-        if ref_types and i is not None and i < len(ref_types) and ref_types[i] != t:
-            rows.append(Row(i, t, name, "", math.inf, math.inf, False,
-                            f"darknet has [{ref_types[i]}] here"))
-            continue
-        if np.size(a) != np.size(b):
-            rows.append(Row(i, t, name, "", math.inf, math.inf, False,
-                            f"darknumba has {np.size(a)} values, darknet {np.size(b)}"))
-            continue
-        grad, factor = f if isinstance(f, tuple) else (f, 1.0)
-        f = grad if name.endswith((" step", " after")) else f
-        terms = term_scale(grad, i, ref, layer) if i is not None and factor is not None else None
-        if terms is not None:
-            terms = terms * factor
-        d, r = diff(a, b, terms)
-        if name == "letterbox":
-            rows.append(Row(i, t, name, input_shape, d, r, r <= tol, "image decoding and resize; "
-                            "both networks ran on darknet's tensor", judged=False))
-            continue
-        note = "" if r <= tol or f != "delta" else kink_note(i, layer, ours, ref)
-        rows.append(Row(i, t, name, _shape_of(layer, f, np.size(b)), d, r, r <= tol, note))
-    return rows, sorted(not_compared)
-
-
-KINKED = ("leaky", "relu", "relie", "ramp")      # act'(y) jumps at y = 0
-
-
-def kink_note(i: int, layer, ours: dict, ref: dict) -> str:
-    """Why a backward delta can part while every output agrees: an output within float rounding
-    of the activation's kink at 0, on opposite sides in the two runs, gets a different act'."""
-    act = getattr(layer, "activation", None)
-    key = f"L{i:03d}_output"
-    if act not in KINKED or key not in ours or key not in ref or ours[key].size != ref[key].size:
-        return ""
-    a, b = ours[key].astype(np.float64), ref[key].astype(np.float64)
-    near = np.abs(a - b) <= 1e-5 * max(float(np.max(np.abs(b))), SCALE_FLOOR)
-    k = int(np.count_nonzero(((a > 0) != (b > 0)) & near))
-    return f"{k} {act} output(s) within rounding of 0 fell on the other side" if k else ""
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,18 +197,6 @@ def scalars(ours: dict, ref_run: dict) -> dict:
         if k in o or k in ref_run:
             s[k] = {"darknumba": o.get(k), "darknet": ref_run.get(k)}
     return s
-
-
-def scalar_rows(sc: dict, tol: float) -> list[Row]:
-    """The learning rate and the update decision are checked as rows too (cost already is)."""
-    rows = []
-    for k in ("rate", "did_update", "seen_after"):
-        v = sc.get(k)
-        if not v or v["darknumba"] is None or v["darknet"] is None:
-            continue
-        d, r = diff([v["darknumba"]], [v["darknet"]])
-        rows.append(Row(None, "network", k, "1", d, r, r <= tol))
-    return rows
 
 
 def save_dump(path: Path, tensors: dict, mode: str, meta: dict):

@@ -28,9 +28,10 @@ from .errors import DarknumbaError
 SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
 # Fields read from each layer, by run mode (names of darknet's `layer` struct members).
 FORWARD_FIELDS = ("output",)
-TRAIN_FORWARD_FIELDS = ("output", "delta", "cost", "rolling_mean", "rolling_variance")
-GRAD_FIELDS = ("output", "delta", "cost", "weight_updates", "bias_updates", "scale_updates",
-               "x_norm")
+TRAIN_FORWARD_FIELDS = ("mean", "variance", "output", "delta", "cost", "rolling_mean",
+                        "rolling_variance")
+GRAD_FIELDS = ("mean", "variance", "output", "delta", "cost", "weight_updates", "bias_updates",
+               "scale_updates", "x_norm")
 PARAM_FIELDS = ("weights", "biases", "scales", "rolling_mean", "rolling_variance")
 MODES = ("forward_test", "forward_train", "trainstep")
 
