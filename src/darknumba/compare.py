@@ -143,13 +143,13 @@ def _backward_reading_deltas(net, out: dict):
             out[f"L{i:03d}_delta_in"] = l.delta.copy()
             backward(n)
         return run
-    hooked = [l for l in net.layers if getattr(l, "weights", None) is not None]
-    for l in hooked:
-        l.backward = reading(net.layers.index(l), l, l.backward)
+    hooked = [(i, l) for i, l in enumerate(net.layers) if getattr(l, "weights", None) is not None]
+    for i, l in hooked:
+        l.backward = reading(i, l, l.backward)
     try:
         net.backward()
     finally:
-        for l in hooked:
+        for _, l in hooked:
             del l.backward
 
 
@@ -184,7 +184,8 @@ def run_darknumba(net, mode: str, x, truth=None) -> dict:
     if "cost" in run:
         out["cost"] = np.array([run["cost"]], np.float32)
     out["meta"] = {"run": run, "net": {"batch": net.batch, "inputs": net.inputs,
-                                       "truths": net.truths, "w": net.w, "h": net.h, "c": net.c}}
+                                       "truths": net.truths, "w": net.w, "h": net.h, "c": net.c},
+                   "layers": [{"index": i, "type": l.type} for i, l in enumerate(net.layers)]}
     return out
 
 
