@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT, golden_dir
 from darknumba.box import (Detections, box_corners, detection_results, do_nms_sort,
-                           format_lines, get_network_boxes, get_yolo_detections, yolo_layers)
+                           format_lines, get_network_boxes, get_yolo_detections, detection_layers)
 from darknumba.errors import CfgError
 from darknumba.kernels.box import box_iou
 
@@ -133,8 +133,8 @@ def test_no_yolo_layer_is_an_error():
     import darknumba as dn
     d = golden_dir("cls-small")
     net = dn.load_network(d / "cls-small.cfg", None, batch=1)
-    with pytest.raises(CfgError, match="no \\[yolo\\] layer"):
-        yolo_layers(net)
+    with pytest.raises(CfgError, match="no \\[yolo\\], \\[region\\] or \\[detection\\] layer"):
+        detection_layers(net)
 
 
 def test_dog_chain_matches_darknet():
@@ -196,7 +196,8 @@ def test_nms_matches_naive(seed):
     rng = np.random.default_rng(seed)
     n, classes = 40, 4
     bbox = np.concatenate([rng.uniform(0, 1, (n, 2)), rng.uniform(.05, .5, (n, 2))], 1).astype(f32)
-    prob = (rng.integers(0, 6, (n, classes)) / 5 * (rng.uniform(size=(n, classes)) > .4)).astype(f32)
+    keep = rng.uniform(size=(n, classes)) > .4
+    prob = (rng.integers(0, 6, (n, classes)) / 5 * keep).astype(f32)
     obj = np.where(rng.uniform(size=n) > .2, prob.max(1) + .01, 0).astype(f32)
     order, want = naive_nms_sort(bbox, obj, prob, .3)
     got = do_nms_sort(Detections(bbox.copy(), obj.copy(), prob.copy()), .3)
@@ -221,3 +222,43 @@ def test_batch_decodes_each_image_on_its_own():
         d1 = detect(one, [im])[0]
         np.testing.assert_allclose(d2.bbox, d1.bbox, atol=1e-5)
         np.testing.assert_allclose(d2.prob, d1.prob, atol=1e-5)
+
+
+REGION_CFG = """[net]
+width=32
+height=32
+channels=3
+
+[convolutional]
+filters=14
+size=8
+stride=8
+pad=0
+activation=linear
+
+[region]
+anchors=1,1, 2,3
+classes=2
+coords=4
+num=2
+softmax=1
+"""
+
+
+def test_region_layers_are_read_too(tmp_path):
+    """fill_network_boxes: a [region] layer gives all n*w*h candidates (objectness 0 below
+    thresh), which do_nms_sort moves to the end."""
+    import darknumba as dn
+    from darknumba.box import detect
+    (tmp_path / "region.cfg").write_text(REGION_CFG)
+    net = dn.load_network(tmp_path / "region.cfg", None, batch=1)
+    rng = np.random.default_rng(0)
+    conv = net.layers[0]
+    conv.weights[:] = rng.normal(0, .5, conv.weights.size)
+    im = rng.uniform(0, 1, (3, 20, 40)).astype(f32)
+    d = detect(net, [im], thresh=.3, nms=.45)[0]
+    assert len(d) == 2 * 4 * 4
+    live = d.objectness != 0
+    assert 0 < live.sum() < len(d) and (d.prob > 0).any()
+    assert np.all(live[:live.sum()])                      # the zero-objectness ones come last
+    assert np.all(d.prob[~live] == 0)

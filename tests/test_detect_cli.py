@@ -175,7 +175,8 @@ def test_errors_a_user_can_act_on(weights, tmp_path):
     Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(tmp_path / "x.png")
     r = runner.invoke(app, ["detect", str(d / "cls-small.cfg"), str(d / "init.weights"),
                             str(tmp_path / "x.png")])
-    assert isinstance(r.exception, CfgError) and "no [yolo] layer" in str(r.exception)
+    assert isinstance(r.exception, CfgError)
+    assert "no [yolo], [region] or [detection] layer" in str(r.exception)
     r = runner.invoke(app, ["detect", str(CFG), str(golden_dir("det-small") / "init.weights"),
                             str(tmp_path / "x.png")])
     assert isinstance(r.exception, WeightsError)

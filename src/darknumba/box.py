@@ -36,14 +36,15 @@ class Detections:
         return self.prob.shape[1]
 
 
-def yolo_layers(net) -> list:
-    """The [yolo] layers of a network, or a CfgError saying detection needs one."""
-    layers = [l for l in net.layers if l.type == "yolo"]
+def detection_layers(net) -> list:
+    """The layers get_network_boxes reads ([yolo], [region], [detection]), or a CfgError
+    saying detection needs one."""
+    layers = [l for l in net.layers if l.type in _LAYER_DETECTIONS]
     if not layers:
         where = f"{net.cfg_path}" if getattr(net, "cfg_path", None) else "this cfg"
         last = net.layers[-1].type if net.layers else "nothing"
-        raise CfgError(f"{where} has no [yolo] layer (its last layer is [{last}]): detection "
-                       f"needs a yolo output ([region] and [detection] are not supported)")
+        raise CfgError(f"{where} has no [yolo], [region] or [detection] layer (its last layer "
+                       f"is [{last}]): detection needs one")
     return layers
 
 
@@ -67,18 +68,29 @@ def get_yolo_detections(l, w: int, h: int, netw: int, neth: int, thresh: float,
     return dets
 
 
+_LAYER_DETECTIONS = {
+    # fill_network_boxes: each kind's detections for image b, boxes relative to the image
+    "yolo": lambda l, net, w, h, thresh, relative, b, letterbox: get_yolo_detections(
+        l, w, h, net.w, net.h, thresh, relative, b, letterbox),
+    "region": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(
+        w, h, net.w, net.h, thresh, relative, b, letterbox),
+    "detection": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(thresh, b),
+}
+
+
 def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.5,
                       relative: bool = True, b: int = 0, letterbox: bool = True) -> Detections:
-    """get_network_boxes: the detections of every yolo layer, in layer order, for image b.
+    """get_network_boxes: the detections of every yolo / region / detection layer, in layer
+    order, for image b of the batch.
 
-    `hier` is Darknet's hierarchical threshold; only [region] layers with a class tree use it,
-    so with [yolo] outputs it changes nothing (as in Darknet)."""
-    layers = yolo_layers(net)
-    parts = [get_yolo_detections(l, w, h, net.w, net.h, thresh, relative, b, letterbox)
-             for l in layers]
+    `hier` is Darknet's hierarchical threshold; only [region] layers with a class tree (tree=,
+    not supported) use it, so it changes nothing here, as in Darknet without a tree."""
+    layers = detection_layers(net)
     classes = layers[-1].classes
     if any(l.classes != classes for l in layers):
-        raise CfgError("the yolo layers of this cfg disagree on the number of classes")
+        raise CfgError("the detection layers of this cfg disagree on the number of classes")
+    parts = [_LAYER_DETECTIONS[l.type](l, net, w, h, thresh, relative, b, letterbox)
+             for l in layers]
     return Detections(np.concatenate([p.bbox for p in parts]),
                       np.concatenate([p.objectness for p in parts]),
                       np.concatenate([p.prob for p in parts]))
@@ -164,7 +176,7 @@ def detect(net, images: list[np.ndarray], thresh: float = 0.5, hier: float = 0.5
            nms: float = 0.45, letterbox: bool = True) -> list[Detections]:
     """test_detector for up to net.batch images ((3, h, w) float32 each): letterbox, forward,
     get_network_boxes (relative to each image), do_nms_sort when nms > 0."""
-    yolo_layers(net)
+    detection_layers(net)
     net.forward(network_input(net, images, letterbox), train=False)
     out = []
     for b, im in enumerate(images):

@@ -89,7 +89,7 @@ def class_names(names: Optional[Path], cfg: Path, classes: int) -> list[str]:
     if names is not None:
         found = get_labels(names)
         if len(found) < classes:
-            raise DataError(f"{names} has {len(found)} names, the cfg's yolo layers "
+            raise DataError(f"{names} has {len(found)} names, the cfg's detection layers "
                             f"have {classes} classes")
         return found
     for p in [cfg.parent / "coco.names", find_default(DEFAULT_NAMES)]:
@@ -194,14 +194,14 @@ def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | N
 def load_detector(cfg: Path, weights: Path, batch: int, names_file: Optional[Path] = None,
                   names: list[str] | None = None):
     """(net, class names) for detection: the network at `batch`, checked to have yolo outputs."""
-    from ..box import yolo_layers
+    from ..box import detection_layers
     from ..parser import load_network
     net = load_network(cfg, weights, batch=batch)
-    classes = yolo_layers(net)[-1].classes
+    classes = detection_layers(net)[-1].classes
     if names is None:
         names = class_names(names_file, Path(cfg), classes)
     elif len(names) < classes:
-        raise DataError(f"the names file has {len(names)} names, the cfg's yolo layers have "
+        raise DataError(f"the names file has {len(names)} names, the cfg's detection layers have "
                         f"{classes} classes")
     return net, names
 
@@ -213,12 +213,12 @@ def run_detection(net, names: list[str], paths: list[Path], thresh: float = 0.5,
     to stdout), draw to `out`, write JSON lines. Returns the number of images done."""
     from tqdm import tqdm
 
-    from ..box import detect, detection_results, format_lines, yolo_layers
+    from ..box import detect, detection_results, format_lines, detection_layers
     from ..draw import draw_detections, save_png
 
     single = len(paths) == 1
     batch = net.batch
-    classes = yolo_layers(net)[-1].classes
+    classes = detection_layers(net)[-1].classes
     text = json_out != "-"
     jf = None
     if json_out == "-":
@@ -285,7 +285,8 @@ def detect(
     images: Annotated[Optional[list[str]], typer.Argument(
         help="images, folders, globs, or .txt lists of paths (default: a sample photo)",
         show_default=False)] = None,
-    thresh: Annotated[float, typer.Option(help="print boxes whose class probability is > this")] = 0.5,
+    thresh: Annotated[float, typer.Option(
+        help="print boxes whose class probability is > this")] = 0.5,
     nms: Annotated[float, typer.Option(help="IoU above which a less probable box of the same "
                                             "class is suppressed (0: no NMS)")] = 0.45,
     hier: Annotated[float, typer.Option(help="hierarchical threshold (only region layers with a "

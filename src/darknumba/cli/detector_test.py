@@ -54,7 +54,8 @@ def detector_test(
     cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg")],
     weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .weights")],
     image: Annotated[Optional[str], typer.Argument(
-        help="the image (none: ask for paths on stdin, as Darknet does)", show_default=False)] = None,
+        help="the image (none: ask for paths on stdin, as Darknet does)",
+        show_default=False)] = None,
     thresh: Annotated[float, typer.Option(help="class probability threshold (or -thresh)")] = 0.5,
     hier: Annotated[float, typer.Option(help="hierarchical threshold (or -hier)")] = 0.5,
     nms: Annotated[float, typer.Option(help="NMS IoU threshold")] = 0.45,
