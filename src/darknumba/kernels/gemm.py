@@ -51,10 +51,13 @@ def gemm(TA, TB, M, N, K, ALPHA, A, B, BETA, C):
         a = a.T
     if TB:
         b = b.T
-    if BETA == 0 and ALPHA == 1:
+    # A @ B^T with a long reduction into a small C (weight gradients: K = out_h*out_w) runs
+    # up to 10x faster in OpenBLAS as the transposed product (B @ A^T)^T (measured here).
+    transposed = TB and not TA and K > M
+    if BETA == 0 and ALPHA == 1 and not transposed:
         np.matmul(a, b, out=c)
         return
-    prod = np.matmul(a, b)
+    prod = np.matmul(b.T, a.T).T if transposed else np.matmul(a, b)
     if ALPHA != 1:
         prod *= np.float32(ALPHA)
     if BETA == 0:
