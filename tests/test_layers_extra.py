@@ -36,6 +36,9 @@ def run_net(l, x, train=True, truth=None, seen=0, want_delta=True, compat=None):
 
 def forward(l, x, train=True, truth=None, seen=0):
     net = run_net(l, x, train, truth, seen)
+    for key in ("state", "h_state", "c_state"):        # recurrent layers: start from h = 0
+        if hasattr(l, key):
+            getattr(l, key).fill(0)
     l.delta.fill(0)
     l.forward(net)
     return net, l.output.copy()
@@ -73,10 +76,11 @@ def check_input_grad(l, x, train=True, n=25, tol=2e-2, eps=1e-2):
     assert np.abs(got.flat[idx] - num).max() / scale < tol, (got.flat[idx], num)
 
 
-def check_param_grad(l, x, name, train=True, n=20, tol=2e-2, eps=1e-2, updates=None):
-    p = getattr(l, name)
-    upd = getattr(l, updates or {"biases": "bias_updates", "scales": "scale_updates",
-                                 "weights": "weight_updates"}[name])
+def check_param_grad(l, x, name, train=True, n=20, tol=2e-2, eps=1e-2, owner=None):
+    owner = owner or l
+    p = getattr(owner, name)
+    upd = getattr(owner, {"biases": "bias_updates", "scales": "scale_updates",
+                          "weights": "weight_updates"}[name])
     g = rand(l.output.size)
     upd.fill(0)
     backward_with(l, x, g, train)
@@ -357,3 +361,240 @@ def test_deconvolutional_batchnorm_backward():
     check_param_grad(l, x, "weights", tol=3e-2)
     assert [n for n, _ in l.weight_records()] == ["biases", "scales", "rolling_mean",
                                                   "rolling_variance", "weights"]
+
+
+# -- recurrent -------------------------------------------------------------------------------
+
+def _randomise(layers):
+    for sub in layers:
+        sub.weights[:] = rand(sub.weights.size, lo=-0.5, hi=0.5)
+        sub.biases[:] = rand(sub.biases.size, lo=-0.5, hi=0.5)
+
+
+@pytest.mark.parametrize("text", [
+    "[rnn]\noutput=4\nactivation=elu\n",
+    "[rnn]\noutput=4\nactivation=tanh\nshortcut=1\n",
+    "[rnn]\noutput=3\nactivation=logistic\nbatch_normalize=1\n",
+    "[gru]\noutput=4\n",
+    "[gru]\noutput=4\ntanh=1\n",
+    "[lstm]\noutput=4\n",
+])
+def test_recurrent_backprop_through_time(text):
+    # Darknet's batch-norm backward divides by N where its forward variance divides by N - 1:
+    # exact only for large N, so the batch-norm case uses 32 sequences
+    steps, batch, inputs = 3, 32 if "batch_normalize" in text else 2, 5
+    l = build(text, batch * steps, 1, 1, inputs, inputs=inputs, time_steps=steps)
+    assert l.batch == batch and l.output.size == steps * batch * l.outputs
+    _randomise(l.sublayers())
+    x = rand(steps * batch, inputs)
+    tol = 4e-2 if "batch_normalize" in text else 2e-2
+    check_input_grad(l, x, tol=tol)
+    for sub in (l.sublayers()[0], l.sublayers()[-1]):
+        check_param_grad(l, x, "weights", owner=sub, tol=tol)
+        check_param_grad(l, x, "biases", owner=sub, tol=tol)
+
+
+def test_rnn_matches_numpy_recurrence():
+    steps, batch, inputs, outputs = 4, 2, 3, 5
+    l = build(f"[rnn]\noutput={outputs}\nactivation=tanh\n", batch * steps, 1, 1, inputs,
+              inputs=inputs, time_steps=steps)
+    _randomise(l.sublayers())
+    x = rand(steps, batch, inputs)
+    _, y = forward(l, x)
+    Wi, Ws, Wo = (s.weights.reshape(outputs, -1).astype(np.float64) for s in l.sublayers())
+    bi, bs, bo = (s.biases.astype(np.float64) for s in l.sublayers())
+    h = np.zeros((batch, outputs))
+    for t in range(steps):
+        h = np.tanh(x[t] @ Wi.T + bi) + np.tanh(h @ Ws.T + bs)
+        np.testing.assert_allclose(y.reshape(steps, batch, outputs)[t], np.tanh(h @ Wo.T + bo),
+                                   rtol=1e-4, atol=1e-5)
+
+
+def test_lstm_matches_numpy_and_carries_state():
+    steps, batch, inputs, outputs = 3, 2, 3, 4
+    l = build(f"[lstm]\noutput={outputs}\n", batch * steps, 1, 1, inputs, inputs=inputs,
+              time_steps=steps)
+    _randomise(l.sublayers())
+    x = rand(steps, batch, inputs)
+    _, y = forward(l, x)
+    W = {n: getattr(l, n).weights.reshape(outputs, -1).astype(np.float64) for n in
+         ("wf", "wi", "wg", "wo", "uf", "ui", "ug", "uo")}
+    B = {n: getattr(l, n).biases.astype(np.float64) for n in W}
+    h, c = np.zeros((batch, outputs)), np.zeros((batch, outputs))
+    for t in range(steps):
+        pre = {g: h @ W["w" + g].T + B["w" + g] + x[t] @ W["u" + g].T + B["u" + g] for g in "figo"}
+        f, i, o = sigmoid(pre["f"]), sigmoid(pre["i"]), sigmoid(pre["o"])
+        c = f * c + i * np.tanh(pre["g"])
+        h = o * np.tanh(c)
+        np.testing.assert_allclose(y.reshape(steps, batch, outputs)[t], h, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(l.h_state, h.ravel(), rtol=1e-4, atol=1e-5)
+    assert [n.split(".")[0] for n, _ in l.weight_records()][::2] == \
+        ["wi", "wf", "wo", "wg", "ui", "uf", "uo", "ug"]
+
+
+def test_crnn_backprop_and_weights_layout(tmp_path):
+    steps, batch = 2, 1
+    l = build("[crnn]\nhidden_filters=3\noutput_filters=2\nactivation=leaky\n", batch * steps,
+              4, 3, 2, time_steps=steps)
+    assert (l.out_c, l.out_h, l.out_w) == (2, 4, 3)
+    _randomise(l.sublayers())
+    x = rand(steps * batch, 2, 4, 3)
+    check_input_grad(l, x)
+    check_param_grad(l, x, "weights", owner=l.self_layer)
+    assert [n for n, _ in l.weight_records()] == [
+        "input.biases", "input.weights", "self.biases", "self.weights", "output.biases",
+        "output.weights"]
+
+
+def test_gru_weights_round_trip(tmp_path):
+    cfg = tmp_path / "gru.cfg"
+    cfg.write_text("[net]\nbatch=4\ntime_steps=2\ninputs=6\n\n[gru]\noutput=3\n\n"
+                   "[connected]\noutput=6\nactivation=linear\n\n[softmax]\n")
+    net = dn.parse_network_cfg(cfg)
+    _randomise(net.layers[0].sublayers())
+    save_weights(net, tmp_path / "g.weights")
+    size = (tmp_path / "g.weights").stat().st_size
+    assert size == 20 + 4 * (3 * (3 + 3 * 3) + 3 * (3 + 6 * 3) + 6 + 3 * 6)
+    net2 = dn.parse_network_cfg(cfg)
+    load_weights(net2, tmp_path / "g.weights")
+    for a, b in zip(net.layers[0].sublayers(), net2.layers[0].sublayers()):
+        np.testing.assert_array_equal(a.weights, b.weights)
+    x = rand(8, 6)                      # net.batch = batch x time_steps rows, step-major
+    t = np.eye(6, dtype=np.float32)[RNG.integers(6, size=8)]
+    assert np.isfinite(net.train_datum(x, t))
+
+
+# -- region (YOLOv2) -------------------------------------------------------------------------
+
+def region_ref_deltas(out, truth, anchors, n, w, h, classes, thresh, seen, scales, rescore=0):
+    """An independent float64 reading of forward_region_layer's training branch (no tree,
+    softmax classes, coords=4)."""
+    cs, os_, ns, cls_s = scales
+    out = out.astype(np.float64).reshape(-1, n, 5 + classes, h, w)
+    delta = np.zeros_like(out)
+
+    def pbox(b, a, j, i):
+        o = out[b, a, :, j, i]
+        return np.array([(i + o[0]) / w, (j + o[1]) / h, np.exp(o[2]) * anchors[2 * a] / w,
+                         np.exp(o[3]) * anchors[2 * a + 1] / h])
+
+    def iou(p, q):
+        ix = min(p[0] + p[2] / 2, q[0] + q[2] / 2) - max(p[0] - p[2] / 2, q[0] - q[2] / 2)
+        iy = min(p[1] + p[3] / 2, q[1] + q[3] / 2) - max(p[1] - p[3] / 2, q[1] - q[3] / 2)
+        inter = 0 if ix < 0 or iy < 0 else ix * iy
+        return inter / (p[2] * p[3] + q[2] * q[3] - inter)
+
+    def box_delta(b, a, j, i, t, s):
+        o = out[b, a, :, j, i]
+        tgt = [t[0] * w - i, t[1] * h - j, np.log(t[2] * w / anchors[2 * a]),
+               np.log(t[3] * h / anchors[2 * a + 1])]
+        delta[b, a, :4, j, i] = s * (np.array(tgt) - o[:4])
+        return iou(pbox(b, a, j, i), t)
+
+    for b in range(out.shape[0]):
+        boxes = [t for t in truth[b].reshape(30, 5) if t[0] != 0]
+        for j in range(h):
+            for i in range(w):
+                for a in range(n):
+                    best = max([iou(pbox(b, a, j, i), t[:4]) for t in boxes] + [0])
+                    delta[b, a, 4, j, i] = 0 if best > thresh else ns * -out[b, a, 4, j, i]
+                    if seen < 12800:
+                        box_delta(b, a, j, i, [(i + .5) / w, (j + .5) / h, anchors[2 * a] / w,
+                                               anchors[2 * a + 1] / h], 0.01)
+        for t in boxes:
+            i, j = int(t[0] * w), int(t[1] * h)
+            shape_iou = [iou([0, 0, *pbox(b, a, j, i)[2:]], [0, 0, t[2], t[3]]) for a in range(n)]
+            a = int(np.argmax(shape_iou))
+            v = box_delta(b, a, j, i, t[:4], cs * (2 - t[2] * t[3]))
+            o = out[b, a, 4, j, i]
+            delta[b, a, 4, j, i] = os_ * ((v if rescore else 1) - o)
+            onehot = np.eye(classes)[int(t[4])]
+            delta[b, a, 5:, j, i] = cls_s * (onehot - out[b, a, 5:, j, i])
+    return delta.ravel()
+
+
+@pytest.mark.parametrize("seen,rescore", [(0, 0), (20000, 1)])
+def test_region_forward_deltas_and_backward(seen, rescore):
+    n, classes, w, h = 3, 4, 5, 4
+    anchors = [0.8, 1.2, 2.0, 1.5, 3.1, 3.3]
+    text = (f"[region]\nanchors={','.join(map(str, anchors))}\nclasses={classes}\nnum={n}\n"
+            f"softmax=1\ncoord_scale=1.5\nobject_scale=5\nnoobject_scale=0.5\nclass_scale=2\n"
+            f"thresh=.6\nrescore={rescore}\n")
+    l = build(text, 2, h, w, n * (5 + classes))
+    x = rand(2, n * (5 + classes), h, w, lo=-2, hi=2)
+    truth = np.zeros((2, 30 * 5), np.float32)
+    truth[0, :10] = [0.31, 0.42, 0.2, 0.3, 2, 0.77, 0.13, 0.5, 0.25, 0]
+    truth[1, :5] = [0.55, 0.66, 0.6, 0.7, 3]
+    net, y = forward(l, x, truth=truth.ravel(), seen=seen)
+    xr = x.reshape(2, n, 5 + classes, h, w).astype(np.float64)
+    ref = xr.copy()
+    ref[:, :, [0, 1, 4]] = sigmoid(xr[:, :, [0, 1, 4]])
+    e = np.exp(xr[:, :, 5:] - xr[:, :, 5:].max(axis=2, keepdims=True))
+    ref[:, :, 5:] = e / e.sum(axis=2, keepdims=True)
+    np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5, atol=1e-6)
+    want = region_ref_deltas(y, truth, anchors, n, w, h, classes, 0.6, seen,
+                             (1.5, 5.0, 0.5, 2.0), rescore)
+    np.testing.assert_allclose(l.delta, want, rtol=1e-4, atol=1e-5)
+    assert l.cost == pytest.approx(float((want ** 2).sum()), rel=1e-4)
+    assert l.stats["count"] == 3
+    net.delta[:] = 0
+    l.backward(net)
+    grad = want.reshape(2, n, 5 + classes, h, w).copy()
+    yr = y.reshape(grad.shape)
+    grad[:, :, [0, 1, 4]] *= yr[:, :, [0, 1, 4]] * (1 - yr[:, :, [0, 1, 4]])
+    np.testing.assert_allclose(net.delta, grad.ravel(), rtol=1e-4, atol=1e-6)
+
+
+def test_region_compat_cpu_backward_is_empty_and_detections():
+    l = build("[region]\nanchors=1,1,2,2\nclasses=2\nnum=2\nsoftmax=1\n", 1, 2, 2, 14,
+              compat="darknet-cpu")
+    x = rand(1, 14, 2, 2)
+    truth = np.zeros(150, np.float32)
+    truth[:5] = [0.3, 0.3, 0.2, 0.2, 1]
+    net, y = forward(l, x, truth=truth)
+    l.backward(net)
+    assert not net.delta.any()
+    dets = l.get_detections(2, 2, 2, 2, thresh=0.0, letterbox=False)
+    assert len(dets) == 8
+    yr = y.reshape(2, 7, 2, 2)
+    # cell (col 1, row 0), anchor 1 is row 1*2 + 1 = 3 in Darknet's order (cell, then anchor)
+    np.testing.assert_allclose(dets.bbox[3], [(1 + yr[1, 0, 0, 1]) / 2, yr[1, 1, 0, 1] / 2,
+                                              np.exp(yr[1, 2, 0, 1]) * 2 / 2,
+                                              np.exp(yr[1, 3, 0, 1]) * 2 / 2], rtol=1e-5)
+    np.testing.assert_allclose(dets.prob[3], yr[1, 4, 0, 1] * yr[1, 5:, 0, 1], rtol=1e-5)
+
+
+# -- detection (YOLOv1) ----------------------------------------------------------------------
+
+def test_detection_deltas():
+    side, n, classes = 2, 2, 3
+    inputs = side * side * (classes + n * 5)
+    l = build(f"[detection]\nclasses={classes}\ncoords=4\nrescore=1\nside={side}\nnum={n}\n"
+              f"softmax=0\nsqrt=1\nobject_scale=1\nnoobject_scale=.5\nclass_scale=1\n"
+              f"coord_scale=5\n", 1, 1, 1, inputs, inputs=inputs)
+    x = rand(1, inputs, lo=0.1, hi=0.9)
+    truth = np.zeros((side * side, 1 + classes + 4), np.float32)
+    truth[3] = [1, 0, 1, 0, 0.4, 0.6, 0.3, 0.5]          # cell 3: class 1, in-cell offset, size
+    _, y = forward(l, x, truth=truth.ravel())
+    d = l.delta
+    L = side * side
+    conf = d[L * classes:L * (classes + n)].reshape(L, n)
+    np.testing.assert_allclose(conf[:3], -0.5 * x[0, L * classes:L * classes + 3 * n].reshape(3, n),
+                               rtol=1e-6)
+    np.testing.assert_allclose(d[3 * classes:4 * classes], [0 - x[0, 9], 1 - x[0, 10], 0 - x[0, 11]],
+                               rtol=1e-6)
+    boxes = x[0, L * (classes + n):].reshape(L, n, 4).astype(np.float64)
+    tb = np.array([0.4 / side, 0.6 / side, 0.3, 0.5])
+
+    def iou(p):
+        p = [p[0] / side, p[1] / side, p[2] ** 2, p[3] ** 2]
+        ix = min(p[0] + p[2] / 2, tb[0] + tb[2] / 2) - max(p[0] - p[2] / 2, tb[0] - tb[2] / 2)
+        iy = min(p[1] + p[3] / 2, tb[1] + tb[3] / 2) - max(p[1] - p[3] / 2, tb[1] - tb[3] / 2)
+        inter = 0 if ix < 0 or iy < 0 else ix * iy
+        return inter / (p[2] * p[3] + tb[2] * tb[3] - inter)
+    ious = [iou(boxes[3, j]) for j in range(n)]
+    best = int(np.argmax(ious))
+    assert conf[3, best] == pytest.approx(ious[best] - y[L * classes + 3 * n + best], rel=1e-4)
+    want = 5 * (np.array([0.4, 0.6, np.sqrt(0.3), np.sqrt(0.5)]) - boxes[3, best])
+    np.testing.assert_allclose(d[L * (classes + n) + (3 * n + best) * 4:][:4], want, rtol=1e-5)
+    assert l.cost == pytest.approx(float((d.astype(np.float64) ** 2).sum()), rel=1e-5)
