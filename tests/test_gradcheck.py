@@ -198,6 +198,26 @@ def test_1x1_overwrite_under_compat(tmp_path):
     assert errors["input"] > 0.05 and errors["L0 weights"] > 0.05, errors
 
 
+def test_dropout(tmp_path, monkeypatch):
+    """Dropout with its mask held fixed (the layer's generator reset before every forward):
+    kept inputs scaled by 1/(1-p), the rest dropped, in the gradient as in the output.
+    Darknet's dropout scales the previous layer's output in place, so that layer's act' is
+    then taken on the scaled output: exact for piecewise-linear activations (leaky here),
+    not for tanh or logistic; that is Darknet's behaviour and kept."""
+    body = ("[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=leaky\n\n"
+            "[dropout]\nprobability=0.4\n\n[connected]\noutput=5\nactivation=linear\n")
+    net, rng = build(tmp_path, body, w=4, h=4)
+    drop = net.layers[1]
+    forward = drop.forward
+
+    def same_mask(n):
+        drop.rng = np.random.default_rng(7)
+        forward(n)
+    monkeypatch.setattr(drop, "forward", same_mask)
+    assert_small(fd_errors(net, rng, h=1e-4), TOL, "dropout")
+    assert 0 < (drop.rand < 0.4).mean() < 1
+
+
 def test_softmax_cross_entropy(tmp_path):
     """Softmax passes t - p straight down: the gradient of the cross-entropy (its cost)."""
     net, rng = build(tmp_path, "[connected]\noutput=5\nactivation=linear\n\n[softmax]\n",
