@@ -115,6 +115,8 @@ class Network:
                 l.delta.fill(0.0)
             l.forward(self)
             self.input = l.output
+            if getattr(l, "truth", 0):         # truth=1: this layer's output is the truth
+                self.truth = l.output
         costs = [l.cost for l in self.layers if l.cost is not None]
         self.cost = float(np.float32(sum(costs) / len(costs))) if costs and self.truth is not None \
             else math.nan
