@@ -218,6 +218,22 @@ def test_dropout(tmp_path, monkeypatch):
     assert 0 < (drop.rand < 0.4).mean() < 1
 
 
+def test_1x1_stride2_under_compat_is_consistent(tmp_path):
+    """Under compat="darknet-cpu" a strided 1x1 conv multiplies the first out_h*out_w*c input
+    values (Darknet's CPU forward); its backward is the exact adjoint of that forward."""
+    net, rng = build(tmp_path, CONV_CASES["1x1 s2 logistic"], compat="darknet-cpu")
+    assert_small(fd_errors(net, rng), TOL, "1x1 s2, darknet-cpu")
+    x = np.arange(net.batch * net.inputs, dtype=np.float32)
+    l = net.layers[0]
+    l.weights[:] = 0
+    l.weights[0] = 1                          # filter 0 copies input channel 0
+    l.biases[:] = 0
+    l.activation_id = ACTIVATIONS["linear"]
+    net.forward(x)
+    n = l.out_h * l.out_w
+    np.testing.assert_array_equal(l.output[:n], x[:n])    # not the strided pixels
+
+
 def test_softmax_cross_entropy(tmp_path):
     """Softmax passes t - p straight down: the gradient of the cross-entropy (its cost)."""
     net, rng = build(tmp_path, "[connected]\noutput=5\nactivation=linear\n\n[softmax]\n",
