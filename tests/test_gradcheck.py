@@ -95,12 +95,17 @@ def assert_small(errors, tol, label=""):
     assert not bad, f"{label} gradients off (relative error > {tol}): {bad}"
 
 
+def conv(filters, size, stride, pad, activation, extra=""):
+    return (f"[convolutional]\nfilters={filters}\nsize={size}\nstride={stride}\n{pad}\n"
+            f"{extra}activation={activation}\n")
+
+
 CONV_CASES = {
-    "3x3 s1 p1 logistic": "[convolutional]\nfilters=4\nsize=3\nstride=1\npad=1\nactivation=logistic\n",
-    "3x3 s2 p1 groups=3 linear": "[convolutional]\nfilters=6\nsize=3\nstride=2\npad=1\ngroups=3\nactivation=linear\n",
-    "1x1 s1 direct tanh": "[convolutional]\nfilters=5\nsize=1\nstride=1\npad=1\nactivation=tanh\n",
-    "1x1 s2 logistic": "[convolutional]\nfilters=4\nsize=1\nstride=2\npad=1\nactivation=logistic\n",
-    "4x4 s3 padding=1 linear": "[convolutional]\nfilters=3\nsize=4\nstride=3\npadding=1\nactivation=linear\n",
+    "3x3 s1 p1 logistic": conv(4, 3, 1, "pad=1", "logistic"),
+    "3x3 s2 p1 groups=3 linear": conv(6, 3, 2, "pad=1", "linear", "groups=3\n"),
+    "1x1 s1 direct tanh": conv(5, 1, 1, "pad=1", "tanh"),
+    "1x1 s2 logistic": conv(4, 1, 2, "pad=1", "logistic"),
+    "4x4 s3 padding=1 linear": conv(3, 4, 3, "padding=1", "linear"),
 }
 
 
@@ -248,8 +253,8 @@ def test_cost_layer(tmp_path, cost, scale):
     body = f"[connected]\noutput=5\nactivation=logistic\n\n[cost]\ntype={cost}\n"
     net, rng = build(tmp_path, body, w=2, h=2)
     truth = rng.uniform(0, 1, 10).astype(np.float32)
-    assert_small(fd_errors(net, rng, truth=truth, loss_scale=scale, h=1e-2 if cost == "sse" else 1e-3),
-                 TOL, cost)
+    h = 1e-2 if cost == "sse" else 1e-3
+    assert_small(fd_errors(net, rng, truth=truth, loss_scale=scale, h=h), TOL, cost)
 
 
 def test_checker_fails_on_wrong_gradient(tmp_path, monkeypatch):

@@ -106,7 +106,8 @@ def term_scales(net, data):
             sc = np.abs(data["before_" + key(i, "scales")].astype(np.float64))
             S[key(i, "scale_updates")] = (pre * np.abs(xn)).sum(axis=(0, 2))
             S[key(i, "mean_delta")] = (pre.sum(axis=(0, 2)) * sc) / np.sqrt(var)
-            S[key(i, "variance_delta")] = (pre * np.abs(xc)).sum(axis=(0, 2)) * sc * 0.5 * var ** -1.5
+            S[key(i, "variance_delta")] = \
+                (pre * np.abs(xc)).sum(axis=(0, 2)) * sc * 0.5 * var ** -1.5
         x = data[key(i - 1, "output")] if i else data["input"]
         ax = np.abs(x.astype(np.float32))
         if l.type == "connected":

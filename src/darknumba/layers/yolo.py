@@ -100,8 +100,9 @@ class YoloLayer(Layer):
         s_iou, s_cat, s_obj, r50, r75, count = stats.sum(axis=0)
         count = int(count)
         per = (lambda v: v / count) if count else (lambda v: math.nan)
+        cells = self.w * self.h * self.n * self.batch
         self.stats = {"index": net.index, "avg_iou": per(s_iou), "class": per(s_cat),
-                      "obj": per(s_obj), "no_obj": anyobj.sum() / (self.w * self.h * self.n * self.batch),
+                      "obj": per(s_obj), "no_obj": anyobj.sum() / cells,
                       "recall50": per(r50), "recall75": per(r75), "count": count}
 
     def stats_line(self) -> str:
