@@ -102,7 +102,7 @@ def yolo_loss(output, truth, biases, mask, total, batch, n, lw, lh, classes, net
             delta[idx(b, a, 5 + c, j, i)] = (c == cls) - out[idx(b, a, 5 + c, j, i)]
         return out[idx(b, a, 5 + cls, j, i)]
 
-    s = dict(iou=0.0, cat=0.0, obj=0.0, anyobj=0.0, r50=0, r75=0, count=0)
+    s = {"iou": 0.0, "cat": 0.0, "obj": 0.0, "anyobj": 0.0, "r50": 0, "r75": 0, "count": 0}
     for b in range(batch):
         boxes = []
         for t in range(max_boxes):

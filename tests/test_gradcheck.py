@@ -11,13 +11,12 @@ exact gradient of its forward (unbiased variance and eps 1e-6 outside the sqrt f
 1e-5 inside the sqrt backward), which moves the result by O(1/N); its exact Darknet formulas are
 checked against naive.py instead.
 """
+import naive
 import numpy as np
 import pytest
 
 import darknumba as dn
 from darknumba.kernels.activations import ACTIVATIONS
-
-import naive
 
 TOL = 3e-3
 TOL_BN = 3e-2

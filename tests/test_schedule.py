@@ -77,7 +77,7 @@ POLICIES = [
 @pytest.mark.parametrize("policy,extra,expected", POLICIES, ids=[p[0] for p in POLICIES])
 def test_policies(tmp_path, policy, extra, expected):
     net = make_net(tmp_path, LAYERS, policy=policy, extra=extra)
-    for b in range(0, 16):
+    for b in range(16):
         assert rate_at(net, b) == pytest.approx(expected(b), rel=2e-6, abs=1e-12), f"batch {b}"
 
 
@@ -223,19 +223,19 @@ def test_adam(tmp_path, compat):
         shadow.forward(x, train=True, truth=truth)
         shadow.backward()
         net.train_datum(x, truth)
-        for (i, a) in ref:
+        for (i, a), w in list(ref.items()):
             g = getattr(shadow.layers[i], UPDATES[a]).astype(np.float64)
             if compat is None:
-                g = g - 0.0005 * 2 * ref[(i, a)]
+                g = g - 0.0005 * 2 * w
                 m[(i, a)] = 0.8 * m[(i, a)] + 0.2 * g
                 v[(i, a)] = 0.99 * v[(i, a)] + 0.01 * g * g
                 mhat, vhat = m[(i, a)] / (1 - 0.8 ** t), v[(i, a)] / (1 - 0.99 ** t)
-                ref[(i, a)] = ref[(i, a)] + 0.01 * mhat / (np.sqrt(vhat) + 1e-6)
+                ref[(i, a)] = w + 0.01 * mhat / (np.sqrt(vhat) + 1e-6)
             else:
                 if a == "weights":
-                    g = g - 0.0005 * 2 * ref[(i, a)]
+                    g = g - 0.0005 * 2 * w
                 m[(i, a)] = g + 0.9 * m[(i, a)]            # SGD momentum buffer
-                ref[(i, a)] = ref[(i, a)] + 0.01 / 2 * m[(i, a)]
+                ref[(i, a)] = w + 0.01 / 2 * m[(i, a)]
         for (i, a), want in ref.items():
             np.testing.assert_allclose(getattr(net.layers[i], a), want, rtol=1e-4, atol=1e-6,
                                        err_msg=f"layer {i} {a}, step {t}")

@@ -21,12 +21,11 @@ import json
 
 import numpy as np
 import pytest
+from conftest import golden_dir, load_golden, max_rel
 
 import darknumba as dn
 from darknumba.kernels.activations import gradient_array
 from darknumba.kernels.im2col import im2col_cpu
-
-from conftest import golden_dir, load_golden, max_rel
 
 TOL = 1e-4
 FIXTURES = {"det-small": "darknet-cpu", "cls-small": None, "cls-small-fc": None, "act-mix": None}
@@ -165,11 +164,10 @@ def check_rows(rows, label):
 
 def compared_keys(data, snap, exclude_layers=()):
     keys = []
-    for k in data.keys():
+    for k in data:
         if k in NOT_COMPARED or k.startswith("before_") or k not in snap:
             continue
-        if any(k.startswith(key(i, "")) or k.startswith("after_" + key(i, ""))
-               for i in exclude_layers):
+        if any(k.startswith((key(i, ""), "after_" + key(i, ""))) for i in exclude_layers):
             continue
         keys.append(k)
     return keys
@@ -190,7 +188,7 @@ def check_run_fields(net, data, cost):
 def test_trainstep_pinned(fixture):
     net, data, snap, cost = record_trainstep(fixture, FIXTURES[fixture], pin=True)
     keys = compared_keys(data, snap)
-    missing = [k for k in data.keys() if k not in NOT_COMPARED and not k.startswith("before_")
+    missing = [k for k in data if k not in NOT_COMPARED and not k.startswith("before_")
                and k not in snap and not k.endswith(("_cost", "_loss"))]
     assert not missing, f"golden tensors with no counterpart: {missing}"
     check_rows(compare(data, snap, term_scales(net, data), keys), f"{fixture} (pinned)")
@@ -229,7 +227,7 @@ def test_update_step(fixture):
     step = run["rate"] / run["update_batch"]
     grads = {"weights": "weight_updates", "biases": "bias_updates", "scales": "scale_updates"}
     worst = (0.0, "")
-    for k in data.keys():
+    for k in data:
         if not k.startswith("after_") or not k.endswith(("_weights", "_biases", "_scales")):
             continue
         name = k[len("after_"):]
@@ -250,7 +248,7 @@ def test_update_step(fixture):
 def test_save_weights_after_step(fixture, tmp_path):
     """save_weights after the step against C's after.weights: same header (seen), same size,
     every record within 1e-4 of its largest value."""
-    net, data, snap, _ = record_trainstep(fixture, FIXTURES[fixture], pin=True)
+    net, _, _, _ = record_trainstep(fixture, FIXTURES[fixture], pin=True)
     out = tmp_path / "after.weights"
     dn.save_weights(net, out)
     ours = out.read_bytes()
@@ -271,7 +269,7 @@ def test_save_weights_after_step(fixture, tmp_path):
 def test_default_1x1_accumulates():
     """Without compat, the 1x1 conv (layer 4) adds its input gradient to what the shortcut
     (layer 6, from=-3) already put into layer 3's delta: C's overwritten delta plus layer 6's."""
-    net, data, snap, _ = record_trainstep("det-small", None, pin=True)
+    _, data, snap, _ = record_trainstep("det-small", None, pin=True)
     ref = data[key(3, "delta")].astype(np.float64) + data[key(6, "delta")].astype(np.float64)
     d, rel = max_rel(snap[key(3, "delta")], ref)
     assert rel <= TOL, f"layer 3 delta: max abs {d:.3g}, rel {rel:.3g}"
@@ -292,7 +290,7 @@ def test_forward_train_yolo():
                 snap[key(i, a)] = getattr(l, a)
         if l.cost is not None:
             snap[key(i, "cost")] = np.array([l.cost])
-    keys = [k for k in data.keys() if k in snap]
+    keys = [k for k in data if k in snap]
     check_rows(compare(data, snap, {}, keys), "det-small forward_train")
     assert abs(net.cost - float(data["cost"][0])) <= TOL * abs(float(data["cost"][0]))
     for row in data["yolo_stats"]:

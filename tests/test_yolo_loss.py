@@ -3,13 +3,12 @@ golden fixture does not reach: two truths in one cell and anchor (the class-delt
 truths whose best anchor belongs to another layer, truth_thresh < 1, an image with no boxes."""
 from types import SimpleNamespace
 
+import naive
 import numpy as np
 import pytest
 
 from darknumba.errors import DarknumbaError
 from darknumba.layers.yolo import YoloLayer
-
-import naive
 
 ANCHORS = [3, 4, 6, 8, 10, 12, 16, 18]          # 4 anchors, in network pixels (40 x 40)
 NETW = NETH = 40

@@ -7,7 +7,12 @@ from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from .base import Layer, zeros
-from .convolutional import backward_batchnorm, forward_batchnorm, get_activation, update_params
+from .convolutional import (
+    backward_batchnorm,
+    forward_batchnorm,
+    get_activation,
+    update_params,
+)
 
 
 class ConnectedLayer(Layer):

@@ -8,10 +8,23 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
-from ..kernels.blas import (adam_update_cpu, add_bias, backward_bias, backward_scale_cpu,
-                            copy_cpu, mean_cpu, mean_delta_cpu, normalize_cpu,
-                            normalize_delta_cpu, scal_cpu, axpy_cpu, scale_bias,
-                            sgd_update_cpu, variance_cpu, variance_delta_cpu)
+from ..kernels.blas import (
+    adam_update_cpu,
+    add_bias,
+    axpy_cpu,
+    backward_bias,
+    backward_scale_cpu,
+    copy_cpu,
+    mean_cpu,
+    mean_delta_cpu,
+    normalize_cpu,
+    normalize_delta_cpu,
+    scal_cpu,
+    scale_bias,
+    sgd_update_cpu,
+    variance_cpu,
+    variance_delta_cpu,
+)
 from ..kernels.fused import batchnorm_bias_activate, bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu

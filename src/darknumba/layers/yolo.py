@@ -5,11 +5,14 @@ import math
 import numpy as np
 
 from ..errors import DarknumbaError
-from ..kernels.yolo import (activate_yolo_output, sum_squares, yolo_objectness_deltas,
-                            yolo_truth_deltas)
+from ..kernels.yolo import (
+    activate_yolo_output,
+    sum_squares,
+    yolo_objectness_deltas,
+    yolo_truth_deltas,
+)
 from .base import Layer, require_image_input
 
-STAT_KEYS = ("avg_iou", "class", "obj", "no_obj", "recall50", "recall75", "count")
 
 
 class YoloLayer(Layer):
