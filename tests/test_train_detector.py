@@ -163,7 +163,7 @@ def test_partial_weights_load_into_a_new_head(shapes, tmp_path):
     from darknumba.train import partial
     partial(cfg, tmp_path / "full.weights", tmp_path / "cut.weights", 3, log=lambda m: None)
     fresh = dn.load_network(cfg)
-    assert load_partial_weights(fresh, tmp_path / "cut.weights") == 3
+    assert load_partial_weights(fresh, tmp_path / "cut.weights") == 4   # + the maxpool after
     init_weights(fresh, 3, seed=2)
     assert fresh.seen == 0
     np.testing.assert_array_equal(fresh.layers[2].weights, net.layers[2].weights)
@@ -306,3 +306,27 @@ def test_multiscale_sizes_and_resize_during_training(shapes, tmp_path):
     assert "Resizing to 96 x 96" in lines
     net = dn.load_network(c2, tmp_path / "ms_final.weights")
     assert net.seen == 3 * 8
+
+
+def test_cli_train_map_recall_valid_partial(shapes, tmp_path):
+    from typer.testing import CliRunner
+    from darknumba.cli import app
+    data, cfg, _ = shapes
+    run = CliRunner().invoke
+    r = run(app, ["detector", "train", str(data), str(cfg), "--max-batches", "3", "--no-progress",
+                  "--no-chart", "--backup", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    assert "3: " in r.output and "tiny_final.weights" in r.output
+    w = str(tmp_path / "tiny_final.weights")
+    r = run(app, ["detector", "map", str(data), str(cfg), w])
+    assert r.exit_code == 0, r.output
+    assert "class_id = 2, name = triangle" in r.output and "mAP@0.50" in r.output
+    r = run(app, ["detector", "recall", str(data), str(cfg), w])
+    assert r.exit_code == 0 and "Recall:" in r.output, r.output
+    r = run(app, ["detector", "valid", str(data), str(cfg), w, "--out", str(tmp_path / "res")])
+    assert r.exit_code == 0, r.output
+    assert sorted(os.listdir(tmp_path / "res")) == [f"comp4_det_test_{n}.txt"
+                                                     for n in ("circle", "square", "triangle")]
+    r = run(app, ["partial", str(cfg), w, str(tmp_path / "cut.weights"), "4"])
+    assert r.exit_code == 0, r.output
+    assert load_partial_weights(dn.load_network(cfg), tmp_path / "cut.weights") == 5

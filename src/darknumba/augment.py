@@ -207,7 +207,9 @@ def random_distort_image(rng, im, hue, saturation, exposure):
 
 def correct_boxes(boxes, p: Placement, w: int, h: int) -> np.ndarray:
     """correct_boxes: move [x,y,w,h,class] rows with the placement (scale nw/w, nh/h; shift
-    dx/w, dy/h; flip), clip the corners to [0,1], recompute centre and size. Float32 like C."""
+    dx/w, dy/h; flip), clip the corners to [0,1], recompute centre and size. Float32 like C.
+    The placement is taken as place_image draws it (whole pixels); Darknet passes the
+    unrounded floats here, which puts its truths up to a pixel off the drawn image."""
     b = np.asarray(boxes, dtype=np.float32).reshape(-1, 5).copy()
     if not len(b):
         return b

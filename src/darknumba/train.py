@@ -78,7 +78,10 @@ def load_partial_weights(net, path) -> int:
             pos += 4 * sum(a.size for _, a in l.weight_records())
         if pos == size:
             load_weights(net, path, cutoff=k + 1)
-            return k + 1
+            k += 1
+            while k < net.n and not any(a.size for _, a in net.layers[k].weight_records()):
+                k += 1                  # layers without weights after the cut are covered too
+            return k
         if pos > size:
             raise WeightsError(f"{path}: the file ends inside layer {k} ({l.type}): "
                                f"{size} bytes, layers 0..{k} need {pos}")
@@ -155,7 +158,8 @@ class LossChart:
         ax.plot(self.iters, self.loss, color="0.75", lw=0.8, label="loss")
         ax.plot(self.iters, self.avg, color="tab:blue", lw=1.5, label="avg loss")
         ax.set_xlim(0, max(self.max_batches, self.iters[-1]))
-        top = np.percentile(self.avg, 99) * 1.5 if len(self.avg) > 5 else max(self.avg) * 1.2
+        tail = self.avg[len(self.avg) // 10:] if len(self.avg) > 20 else self.avg
+        top = 1.5 * max(tail)           # the first iterations' huge losses would flatten the rest
         ax.set_ylim(0, max(top, 1e-3))
         ax.set_xlabel("iteration")
         ax.set_ylabel("loss")
