@@ -14,7 +14,6 @@ from ..kernels.yolo import (
 from .base import Layer, require_image_input
 
 
-
 class YoloLayer(Layer):
     type = "yolo"
 
