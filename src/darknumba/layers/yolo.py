@@ -98,7 +98,8 @@ class YoloLayer(Layer):
                                self.ignore_thresh, self.truth_thresh, self.delta, anyobj)
         yolo_truth_deltas(self.output, truth, self.biases, self.mask, self.total, *args,
                           self.delta, stats)
-        self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
+        with np.errstate(over="ignore"):          # a diverging run gives inf, as in C
+            self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
         s_iou, s_cat, s_obj, r50, r75, count = stats.sum(axis=0)
         count = int(count)
         per = (lambda v: v / count) if count else (lambda v: math.nan)
