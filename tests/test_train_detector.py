@@ -329,4 +329,4 @@ def test_cli_train_map_recall_valid_partial(shapes, tmp_path):
                                                      for n in ("circle", "square", "triangle")]
     r = run(app, ["partial", str(cfg), w, str(tmp_path / "cut.weights"), "4"])
     assert r.exit_code == 0, r.output
-    assert load_partial_weights(dn.load_network(cfg), tmp_path / "cut.weights") == 5
+    assert load_partial_weights(dn.load_network(cfg), tmp_path / "cut.weights") == 4
