@@ -2,8 +2,14 @@
 import numpy as np
 import pytest
 
-from darknumba.data import (DataIssues, DetectionDataset, check_data, label_path,
-                            parse_label_file, read_data_cfg)
+from darknumba.data import (
+    DataIssues,
+    DetectionDataset,
+    check_data,
+    label_path,
+    parse_label_file,
+    read_data_cfg,
+)
 from darknumba.errors import DataError
 
 
@@ -80,7 +86,7 @@ def test_dataset_skips_bad_items_and_summarises(tmp_path):
     assert ds.boxes[1].shape == (0, 5)
     kinds = sorted(i.kind for i in ds.issues.issues)
     assert kinds == ["bad-class", "missing-image", "missing-label"]
-    dc, counts, issues = check_data(tmp_path / "d.data", log=msgs.append)
+    _, counts, issues = check_data(tmp_path / "d.data", log=msgs.append)
     assert counts == {"train": 2}
     assert "unreadable-image" in {i.kind for i in issues.issues}
     assert "4 problem(s)" in issues.summary() and "4 image(s) skipped" in issues.summary()

@@ -1,9 +1,17 @@
 """The synthetic shapes dataset and the data/partial/detector CLI commands."""
+from pathlib import Path
+
 import numpy as np
 from typer.testing import CliRunner
 
 from darknumba.cli import app
-from darknumba.data import DataIssues, DetectionDataset, get_paths, label_path, read_data_cfg
+from darknumba.data import (
+    DataIssues,
+    DetectionDataset,
+    get_paths,
+    label_path,
+    read_data_cfg,
+)
 from darknumba.shapes import NAMES, generate_shapes
 
 
@@ -22,7 +30,7 @@ def test_generator_layout_labels_and_seed(tmp_path):
     generate_shapes(tmp_path / "b", n=30, valid_fraction=0.2, seed=3)
     for p in train[:3]:
         q = p.replace(str(tmp_path / "a"), str(tmp_path / "b"))
-        assert open(label_path(p)).read() == open(label_path(q)).read()
+        assert Path(label_path(p)).read_text() == Path(label_path(q)).read_text()
 
 
 def test_cli_data_shapes_and_check(tmp_path):

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -14,7 +13,13 @@ import pytest
 
 import darknumba as dn
 from darknumba.errors import DarknumbaError
-from darknumba.train import Schedule, TrainOptions, TrainingStopped, load_partial_weights, train_detector
+from darknumba.train import (
+    Schedule,
+    TrainingStopped,
+    TrainOptions,
+    load_partial_weights,
+    train_detector,
+)
 from darknumba.weights import read_header
 
 pytestmark = pytest.mark.slow
@@ -110,7 +115,7 @@ def _seen(path):
 def test_loss_falls_checkpoints_on_schedule_and_resume(shapes, tmp_path):
     data, cfg, _ = shapes
     lines = []
-    log = lambda m, file=None: lines.append(m)            # noqa: E731
+    log = lambda m, file=None: lines.append(m)
     r = train_detector(data, cfg, _opts(tmp_path, max_batches=20), log=log)
     assert r["final_iteration"] == 20 and not r["interrupted"]
     names = sorted(os.listdir(tmp_path))
@@ -120,7 +125,7 @@ def test_loss_falls_checkpoints_on_schedule_and_resume(shapes, tmp_path):
 
     # resume from the iteration-20 checkpoint: continues at 21, until max_batches (40)
     lines.clear()
-    r2 = train_detector(data, cfg, _opts(tmp_path, max_batches=40,
+    train_detector(data, cfg, _opts(tmp_path, max_batches=40,
                                          weights=str(tmp_path / "tiny_20.weights")), log=log)
     iters = [int(m.split(":")[0]) for m in lines if m.split(":")[0].isdigit()]
     assert iters[0] == 21 and iters[-1] == 40
@@ -154,13 +159,12 @@ def test_seed_makes_runs_reproducible(shapes, tmp_path):
 
 
 def test_partial_weights_load_into_a_new_head(shapes, tmp_path):
-    data, cfg, _ = shapes
-    from darknumba.train import init_weights
+    from darknumba.train import init_weights, partial
+    cfg = shapes[1]
     net = dn.load_network(cfg)
     init_weights(net, 0, seed=1)
     net.seen = 1234
     dn.save_weights(net, tmp_path / "full.weights")
-    from darknumba.train import partial
     partial(cfg, tmp_path / "full.weights", tmp_path / "cut.weights", 3, log=lambda m: None)
     fresh = dn.load_network(cfg)
     assert load_partial_weights(fresh, tmp_path / "cut.weights") == 4   # + the maxpool after
@@ -247,7 +251,7 @@ def test_ctrl_c_saves_and_exits_cleanly(shapes, tmp_path):
     backup = tmp_path / "backup"
     script = SCRIPT.replace("if calls[0] >= 2:", "if False:").replace(
         "backup_every=1", "backup_every=100000")
-    proc, marks = _spawn(tmp_path, data, cfg, backup, 100000, script)
+    proc, _ = _spawn(tmp_path, data, cfg, backup, 100000, script)
     t = time.time()
     out = ""
     while time.time() - t < 150:
@@ -268,6 +272,7 @@ def test_finetune_from_official_yolov3_tiny_via_partial(shapes, tmp_path):
     """partial cuts the official weights after layer 14; they load into the shapes head cfg,
     and a training step on generated data gives a finite loss."""
     from conftest import ROOT, tiny_weights
+
     from darknumba.augment import AugmentConfig
     from darknumba.data import DetectionDataset, get_paths, read_data_cfg
     from darknumba.loader import DetectionLoader, MultiScale
@@ -292,12 +297,12 @@ def test_multiscale_sizes_and_resize_during_training(shapes, tmp_path):
     assert multiscale_sizes(416) == list(range(320, 609, 32))
     assert multiscale_sizes(64) == [64, 96]
     ms = MultiScale(416, 416, True, seed=0, max_batches=10000)
-    sizes = [ms.size(k) for k in range(0, 2000)]
+    sizes = [ms.size(k) for k in range(2000)]
     assert all(sizes[k] == sizes[k - k % 10] for k in range(2000))       # every 10 batches
     assert len(set(sizes)) > 3 and all(320 <= s[0] <= 608 for s in sizes)
     assert ms.size(9850) == (608, 608)                                   # the last 200: largest
     assert MultiScale(416, 416, False, 0, 10000).size(5) == (416, 416)
-    data, cfg, _ = shapes
+    data = shapes[0]
     c2 = tmp_path / "ms.cfg"
     c2.write_text(TINY.replace("width=32\nheight=32", "width=64\nheight=64")
                   .replace("random=0", "random=1"))
@@ -310,6 +315,7 @@ def test_multiscale_sizes_and_resize_during_training(shapes, tmp_path):
 
 def test_cli_train_map_recall_valid_partial(shapes, tmp_path):
     from typer.testing import CliRunner
+
     from darknumba.cli import app
     data, cfg, _ = shapes
     run = CliRunner().invoke

@@ -246,13 +246,12 @@ class DetectionDataset:
 
 
 def image_readable(path: str, issues: DataIssues) -> bool:
-    from PIL import Image
+    from .image import load_image_color
     try:
-        with Image.open(path) as im:
-            im.verify()
+        load_image_color(path)
         return True
-    except Exception as e:  # PIL raises many kinds for a broken file
-        issues.report("unreadable-image", path, None, f"cannot decode image ({e})", path)
+    except DataError as e:
+        issues.report("unreadable-image", path, None, str(e), path)
         return False
 
 

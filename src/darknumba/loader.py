@@ -14,16 +14,10 @@ import numpy as np
 
 from .augment import AugmentConfig, augment_detection
 from .data import DetectionDataset
+from .errors import DataError
+from .image import load_image_color
 
 RESIZE_EVERY = 10   # train_detector: a new size every 10 batches when random=1
-
-
-def load_image_color(path) -> np.ndarray:
-    """load_image_color(path, 0, 0): RGB, float32 CHW in [0, 1]."""
-    from PIL import Image
-    with Image.open(path) as im:
-        a = np.asarray(im.convert("RGB"), dtype=np.float32)
-    return np.ascontiguousarray(a.transpose(2, 0, 1)) * np.float32(1 / 255.0)
 
 
 def multiscale_sizes(w: int) -> list[int]:
@@ -31,8 +25,8 @@ def multiscale_sizes(w: int) -> list[int]:
     cfg size. Other sizes get the same ratio range, in steps of 32 (at least 32)."""
     if w == 416:
         return [(i + 10) * 32 for i in range(10)]
-    lo = max(32, int(round(w * 320 / 416 / 32)) * 32)
-    hi = max(lo, int(round(w * 608 / 416 / 32)) * 32)
+    lo = max(32, round(w * 320 / 416 / 32) * 32)
+    hi = max(lo, round(w * 608 / 416 / 32) * 32)
     return list(range(lo, hi + 1, 32))
 
 
@@ -80,14 +74,12 @@ class DetectionLoader:
                 path = self.ds.paths[j]
                 try:
                     im = load_image_color(path)
-                except Exception as e:  # any decoder failure: report, draw another image
-                    self.ds.issues.report("unreadable-image", path, None,
-                                          f"cannot decode image ({e})", path)
+                except DataError as e:  # report, draw another image
+                    self.ds.issues.report("unreadable-image", path, None, str(e), path)
                     continue
                 X[i], T[i] = augment_detection(rng, im, self.ds.boxes[j], w, h, self.aug)
                 break
             else:
-                from .errors import DataError
                 raise DataError("100 images in a row could not be read; "
                                 + self.ds.issues.summary())
         return X, T

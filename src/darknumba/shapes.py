@@ -100,7 +100,7 @@ def generate_shapes(out, n: int = 2000, valid_fraction: float = 0.2, seed: int =
     `size` (so the network sees several aspect ratios)."""
     out = Path(out).resolve()
     rng = np.random.default_rng(seed)
-    n_valid = int(round(n * valid_fraction))
+    n_valid = round(n * valid_fraction)
     lists = {"train": [], "valid": []}
     for split in lists:
         (out / "images" / split).mkdir(parents=True, exist_ok=True)
@@ -112,8 +112,7 @@ def generate_shapes(out, n: int = 2000, valid_fraction: float = 0.2, seed: int =
         ip = out / "images" / split / f"{i:05d}.jpg"
         im.save(ip, quality=92)
         with open(out / "labels" / split / f"{i:05d}.txt", "w") as f:
-            for c, x, y, bw, bh in labels:
-                f.write(f"{c} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}\n")
+            f.writelines(f"{c} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}\n" for c, x, y, bw, bh in labels)
         lists[split].append(str(ip))
         if progress:
             progress(1)

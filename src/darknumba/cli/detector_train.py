@@ -2,11 +2,12 @@
 validate_detector_map, pjreddie's validate_detector_recall and validate_detector."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,7 +24,7 @@ COCO_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 2
 
 
 def train(data: DataArg, cfg: CfgArg,
-          weights: Annotated[Optional[Path], typer.Argument(
+          weights: Annotated[Path | None, typer.Argument(
               exists=True, dir_okay=False, help="starting weights (full, or cut by `partial`)")] = None,
           clear: Annotated[bool, typer.Option("--clear", help="reset `seen` to 0 (fine-tuning)")] = False,
           seed: Annotated[int, typer.Option(help="seed for image order and augmentation")] = 0,
@@ -31,8 +32,8 @@ def train(data: DataArg, cfg: CfgArg,
           bad_data: Annotated[str, typer.Option(help="on a bad image or label: skip (warn) or stop")] = "skip",
           stats_every: Annotated[int, typer.Option(help="print yolo layer stats every N iterations (0: never)")] = 0,
           chart: Annotated[bool, typer.Option(help="draw chart.png in the backup folder (needs matplotlib)")] = True,
-          backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
-          max_batches: Annotated[Optional[int], typer.Option(help="override [net] max_batches")] = None,
+          backup: Annotated[Path | None, typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
+          max_batches: Annotated[int | None, typer.Option(help="override [net] max_batches")] = None,
           checkpoint_every: Annotated[int, typer.Option(help="<cfg>_<iter>.weights every N iterations ...")] = 100,
           checkpoint_until: Annotated[int, typer.Option(help="... below this iteration ...")] = 1000,
           checkpoint_every_after: Annotated[int, typer.Option(help="... then every N")] = 10000,
@@ -128,30 +129,27 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     net = _net(cfg, weights)
     out.mkdir(parents=True, exist_ok=True)
     coco = dc.eval == "coco"
-    results, files = [], {}
-    if not coco:
-        files = {c: open(out / f"{prefix}{names[c]}.txt", "w") for c in range(dc.classes)}
-    try:
-        with _bar(len(paths), "valid") as bar:
-            for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, bar.update):
-                stem = os.path.splitext(os.path.basename(p))[0]
-                for b, pr in zip(boxes, probs):
-                    x0, x1 = (b[0] - b[2] / 2) * w, (b[0] + b[2] / 2) * w
-                    y0, y1 = (b[1] - b[3] / 2) * h, (b[1] + b[3] / 2) * h
-                    for c in pr.nonzero()[0]:
-                        if coco:
-                            x0c, y0c = max(x0, 0.0), max(y0, 0.0)
-                            x1c, y1c = min(x1, w), min(y1, h)
-                            results.append({"image_id": _coco_image_id(p),
-                                            "category_id": COCO_IDS[c] if dc.classes == 80 else int(c),
-                                            "bbox": [x0c, y0c, x1c - x0c, y1c - y0c],
-                                            "score": float(pr[c])})
-                        else:
-                            files[c].write(f"{stem} {pr[c]:f} {max(x0 + 1, 1):f} {max(y0 + 1, 1):f} "
-                                           f"{min(x1 + 1, w):f} {min(y1 + 1, h):f}\n")
-    finally:
-        for f in files.values():
-            f.close()
+    results = []
+    with contextlib.ExitStack() as stack:
+        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{names[c]}.txt", "w"))
+                                 for c in range(dc.classes)}
+        bar = stack.enter_context(_bar(len(paths), "valid"))
+        for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, bar.update):
+            stem = os.path.splitext(os.path.basename(p))[0]
+            for b, pr in zip(boxes, probs):
+                x0, x1 = (b[0] - b[2] / 2) * w, (b[0] + b[2] / 2) * w
+                y0, y1 = (b[1] - b[3] / 2) * h, (b[1] + b[3] / 2) * h
+                for c in pr.nonzero()[0]:
+                    if coco:
+                        x0c, y0c = max(x0, 0.0), max(y0, 0.0)
+                        x1c, y1c = min(x1, w), min(y1, h)
+                        results.append({"image_id": _coco_image_id(p),
+                                        "category_id": COCO_IDS[c] if dc.classes == 80 else int(c),
+                                        "bbox": [x0c, y0c, x1c - x0c, y1c - y0c],
+                                        "score": float(pr[c])})
+                    else:
+                        files[c].write(f"{stem} {pr[c]:f} {max(x0 + 1, 1):f} {max(y0 + 1, 1):f} "
+                                       f"{min(x1 + 1, w):f} {min(y1 + 1, h):f}\n")
     if coco:
         (out / "coco_results.json").write_text(json.dumps(results))
         typer.echo(f"wrote {len(results)} detections to {out / 'coco_results.json'}")
