@@ -319,7 +319,7 @@ def test_cli_train_map_recall_valid_partial(shapes, tmp_path):
     from darknumba.cli import app
     data, cfg, _ = shapes
     run = CliRunner().invoke
-    r = run(app, ["detector", "train", str(data), str(cfg), "--max-batches", "3", "--no-progress",
+    r = run(app, ["detector", "train", str(data), str(cfg), "--max-batches", "3", "--no-progress", "-map",
                   "--no-chart", "--backup", str(tmp_path)])
     assert r.exit_code == 0, r.output
     assert "3: " in r.output and "tiny_final.weights" in r.output

@@ -58,7 +58,8 @@ class TrainOptions:
     schedule: Schedule = field(default_factory=Schedule)
     progress: bool = True          # tqdm bar with ETA
     letterbox: bool = False        # place images letterboxed instead of Darknet's jitter crop
-    map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never)
+    map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never,
+                                   # -1: every 4 epochs, at least 100, as AlexeyAB's -map)
 
 
 def load_partial_weights(net, path) -> int:
@@ -276,6 +277,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         log("chart.png: matplotlib is not installed (pip install darknumba[chart]); no chart",
             file=sys.stderr)
     valid_map = ValidMap(dc, cfgfile, issues) if opts.map_every else None
+    map_every = opts.map_every if opts.map_every > 0 else max(100, 4 * len(ds) // imgs)
     written: list[str] = []
 
     def save(path):
@@ -335,7 +337,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                     for s in yolo_stats_lines(net):
                         log(s)
                 chart.add(i, loss, avg_loss)
-                if valid_map is not None and i % opts.map_every == 0:
+                if valid_map is not None and i % map_every == 0:
                     m = valid_map(net)
                     chart.map_points.append((i, m))
                     log(f"mAP@0.5 on {len(valid_map.ds)} valid images at iteration {i}: "

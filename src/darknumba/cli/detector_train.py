@@ -26,7 +26,7 @@ COCO_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 2
 def train(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path | None, typer.Argument(
               exists=True, dir_okay=False, help="starting weights (full, or cut by `partial`)")] = None,
-          clear: Annotated[bool, typer.Option("--clear", help="reset `seen` to 0 (fine-tuning)")] = False,
+          clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset `seen` to 0 (fine-tuning)")] = False,
           seed: Annotated[int, typer.Option(help="seed for image order and augmentation")] = 0,
           workers: Annotated[int, typer.Option(help="background loader threads")] = 2,
           bad_data: Annotated[str, typer.Option(help="on a bad image or label: skip (warn) or stop")] = "skip",
@@ -40,10 +40,14 @@ def train(data: DataArg, cfg: CfgArg,
           backup_every: Annotated[int, typer.Option(help="<cfg>.backup every N iterations")] = 100,
           letterbox: Annotated[bool, typer.Option(help="place training images letterboxed instead of Darknet's jitter crop")] = False,
           map_every: Annotated[int, typer.Option(help="measure mAP@0.5 on the valid list every N iterations (0: never)")] = 0,
+          map_flag: Annotated[bool, typer.Option("--map", "-map", help="AlexeyAB's -map: mAP every 4 epochs (at least 100 iterations)")] = False,
+          dont_show: Annotated[bool, typer.Option("-dont_show", hidden=True, help="accepted for Darknet commands; no window is ever shown")] = False,
           progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
     saves <cfg>.backup; starting from a checkpoint resumes at its `seen`."""
     from ..train import Schedule, TrainOptions, train_detector
+    if map_flag and not map_every:
+        map_every = -1          # train_detector turns it into 4 epochs
     opts = TrainOptions(weights=str(weights) if weights else None, clear=clear, seed=seed,
                         workers=workers, bad_data=bad_data, stats_every=stats_every, chart=chart,
                         backup=str(backup) if backup else None, max_batches=max_batches,
@@ -80,8 +84,8 @@ def _bar(total, desc):
 
 
 def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
-         thresh: Annotated[float, typer.Option(help="confidence for precision/recall/F1/IoU")] = 0.25,
-         iou_thresh: Annotated[float, typer.Option(help="IoU for a true positive (mAP@IoU)")] = 0.5):
+         thresh: Annotated[float, typer.Option("--thresh", "-thresh", help="confidence for precision/recall/F1/IoU")] = 0.25,
+         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", help="IoU for a true positive (mAP@IoU)")] = 0.5):
     """Per-class AP, mAP@0.5 (VOC all-point), COCO mAP@[.5:.95], and P/R/F1/avg IoU at --thresh."""
     from ..evaluate import evaluate_map
     dc, ds = _valid_set(data)
