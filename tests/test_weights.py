@@ -146,7 +146,17 @@ def test_cutoff_loads_a_prefix(tmp_path):
     net = _small(tmp_path)
     p = tmp_path / "part.weights"
     dn.save_weights(net, p, cutoff=1)
-    net2 = dn.parse_network_cfg(_cfg(tmp_path, SMALL))
+    net2 = dn.parse_network_cfg(_cfg(tmp_path, SMALL), seed=None)
     dn.load_weights(net2, p, cutoff=1)
     np.testing.assert_array_equal(net2.layers[0].weights, net.layers[0].weights)
     assert not net2.layers[1].weights.any()
+
+
+def test_networks_without_weights_start_from_darknets_random_init(tmp_path):
+    net = dn.load_network(_cfg(tmp_path, SMALL))
+    conv, fc = net.layers
+    assert abs(conv.weights.std() - np.sqrt(2 / 27)) < 0.1 * np.sqrt(2 / 27)    # N(0, 2/(k*k*c))
+    assert np.abs(fc.weights).max() <= np.sqrt(2 / fc.inputs)                  # U(-s, s)
+    assert not conv.biases.any() and (conv.scales == 1).all()
+    again = dn.load_network(_cfg(tmp_path, SMALL))
+    np.testing.assert_array_equal(again.layers[0].weights, conv.weights)      # seeded

@@ -1,8 +1,11 @@
 """Build a Network from a .cfg (Darknet's `parse_network_cfg`), and load_network."""
 from __future__ import annotations
 
+import math
 import os
 import warnings
+
+import numpy as np
 
 from .cfg import Section, read_cfg
 from .errors import CfgError
@@ -102,8 +105,23 @@ def _generic_options(s: Section, l):
     l.smooth = s.find_float("smooth", 0.0)
 
 
-def parse_network_cfg(path, batch: int | None = None, compat: str | None = None) -> Network:
-    """Read a .cfg and build every layer with the shapes Darknet computes."""
+def init_weights(net: Network, seed: int = 0, start: int = 0):
+    """Darknet's random initialisation of layers [start, n), seeded: convolutional weights
+    sqrt(2/(size*size*c/groups)) * N(0,1) (make_convolutional_layer), connected weights
+    sqrt(2/inputs) * U(-1,1) (make_connected_layer); biases 0, BN scales 1."""
+    rng = np.random.default_rng([seed, 1])
+    for l in net.layers[start:]:
+        if l.type == "convolutional":
+            scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
+            l.weights[:] = scale * rng.standard_normal(l.weights.size)
+        elif l.type == "connected":
+            l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
+
+
+def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
+                      seed: int | None = 0) -> Network:
+    """Read a .cfg and build every layer with the shapes Darknet computes; weights start
+    from Darknet's random initialisation with `seed` (None: left at zero)."""
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
     path = os.fspath(path)
@@ -138,15 +156,18 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None)
     if net.inputs == 0:
         net.inputs = net.layers[0].inputs
     net.alloc_workspace()
+    if seed is not None:
+        init_weights(net, seed)
     return net
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
                  clear: bool = False) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
-    unless `clear`). batch=None keeps the cfg's batch/subdivisions."""
+    unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
+    batch/subdivisions."""
     from .weights import load_weights
-    net = parse_network_cfg(cfg, batch=batch, compat=compat)
+    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0)
     if weights is not None:
         load_weights(net, weights)
     if clear:
