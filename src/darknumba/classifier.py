@@ -1,0 +1,365 @@
+"""Darknet's classifier workflow (`examples/classifier.c`): train, predict, valid.
+
+A classification .data file names `classes`, `train` and `valid` image lists, `labels` (one
+label a line) and optionally `names` (printed names; defaults to the labels), `backup` and
+`top`. An image's class is the label that occurs in its *path* (Darknet's `fill_truth`:
+substring match; exactly one label must match).
+
+Images are float32 CHW in [0, 1]. Training crops (Darknet's `random_augment_image`): scale the
+shorter side to a random size in [min_crop, max_crop] (default w .. 2w), an aspect jitter,
+rotation by up to `angle` degrees, a random shift, then a coin-flip mirror and the hue /
+saturation / exposure distortion. `valid` resizes the shorter side to the network width and
+takes the centre crop; `predict` letterboxes, as Darknet does.
+"""
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .augment import random_distort_image
+from .cfg import read_cfg
+from .data import get_paths, read_data_cfg, read_list
+from .errors import DataError, DarknumbaError
+from .image import letterbox_image, load_image_color, resize_image
+from .parser import load_network
+from .train import Schedule, _StopFlag, find_nonfinite_layer, init_weights, load_partial_weights
+from .weights import save_weights
+
+
+# -- the .data file and labels -----------------------------------------------------------------
+@dataclass
+class ClassifierData:
+    path: str
+    classes: int
+    labels: list[str]
+    names: list[str]
+    train: str | None
+    valid: str | None
+    backup: str
+    top: int
+
+    @classmethod
+    def read(cls, path) -> "ClassifierData":
+        dc = read_data_cfg(path)
+        labels_file = dc.options.get("labels")
+        if not labels_file:
+            raise DataError(f"{path}: a classifier .data file needs `labels` (one label a line)")
+        labels = read_list(dc.resolve(labels_file), what="labels file")
+        if len(labels) < dc.classes:
+            raise DataError(f"{labels_file}: {len(labels)} labels for classes={dc.classes} "
+                            f"(in {path})")
+        labels = labels[:dc.classes]
+        names = read_list(dc.resolve(dc.names), what="names file")[:dc.classes] if dc.names \
+            else labels
+        try:
+            top = int(dc.options.get("top", 1))
+        except ValueError:
+            raise DataError(f"{path}: top = {dc.options['top']!r} is not an integer") from None
+        return cls(os.fspath(path), dc.classes, labels, names, dc.resolve(dc.train),
+                   dc.resolve(dc.valid), dc.resolve(dc.backup), top)
+
+
+def label_index(path: str, labels: list[str]) -> int:
+    """fill_truth: the one label that occurs in the path; -1 when none or several do."""
+    hits = [i for i, lab in enumerate(labels) if lab in path]
+    return hits[0] if len(hits) == 1 else -1
+
+
+def labelled_paths(list_path: str, labels: list[str], log=None) -> tuple[list[str], np.ndarray]:
+    """The images of a list and their class indexes. Darknet prints `Too many or too few
+    labels` and trains on an all-zero truth; we skip those images and say how many."""
+    paths = get_paths(list_path)
+    idx = np.array([label_index(p, labels) for p in paths], dtype=np.int64)
+    bad = int((idx < 0).sum())
+    if bad and log:
+        first = paths[int(np.argmax(idx < 0))]
+        log(f"{list_path}: {bad} of {len(paths)} images match no label or several (first: "
+            f"{first}); skipped", file=sys.stderr)
+    keep = idx >= 0
+    if not keep.any():
+        raise DataError(f"{list_path}: no image path contains exactly one of the labels "
+                        f"{labels[:5]}{'...' if len(labels) > 5 else ''}")
+    return [p for p, k in zip(paths, keep) if k], idx[keep]
+
+
+# -- image preparation ---------------------------------------------------------------------------
+def rotate_crop_image(im, rad, s, w, h, dx, dy, aspect):
+    """rotate_crop_image: a w x h window of `im` scaled by s (x by s/aspect), rotated by rad
+    about the centre, shifted by (dx, dy); bilinear, zero outside the image."""
+    c, ih, iw = im.shape
+    ys, xs = np.mgrid[0:h, 0:w].astype(np.float64)
+    u = (xs - w / 2.0) / s * aspect + dx / s * aspect
+    v = (ys - h / 2.0) / s + dy / s
+    rx = math.cos(rad) * u - math.sin(rad) * v + iw / 2.0
+    ry = math.sin(rad) * u + math.cos(rad) * v + ih / 2.0
+    ix, iy = np.floor(rx).astype(np.int64), np.floor(ry).astype(np.int64)
+    fx, fy = (rx - ix).astype(np.float32), (ry - iy).astype(np.float32)
+    out = np.zeros((c, h, w), np.float32)
+    for oy, ox, wgt in ((0, 0, (1 - fy) * (1 - fx)), (1, 0, fy * (1 - fx)),
+                        (0, 1, (1 - fy) * fx), (1, 1, fy * fx)):
+        yy, xx = iy + oy, ix + ox
+        ok = (xx >= 0) & (xx < iw) & (yy >= 0) & (yy < ih)
+        vals = np.zeros((c, h, w), np.float32)
+        vals[:, ok] = im[:, yy[ok], xx[ok]]
+        out += wgt * vals
+    return out
+
+
+@dataclass
+class ClassifierAugment:
+    min_size: int
+    max_size: int
+    angle: float = 0.0
+    aspect: float = 1.0
+    hue: float = 0.0
+    saturation: float = 1.0
+    exposure: float = 1.0
+    center: bool = False
+
+    @classmethod
+    def from_network(cls, net, cfgfile) -> "ClassifierAugment":
+        opts = read_cfg(cfgfile)[0].options
+        w = net.w
+        lo = int(float(opts.get("min_ratio", net.min_crop / w)) * w)
+        hi = int(float(opts.get("max_ratio", net.max_crop / w)) * w)
+        return cls(lo, max(lo, hi), net.angle, net.aspect, net.hue, net.saturation, net.exposure,
+                   bool(int(opts.get("center", 0))))
+
+
+def _rand_scale(rng, s):
+    f = rng.uniform(*((1.0, s) if s >= 1 else (s, 1.0)))
+    return f if rng.integers(2) else 1.0 / f
+
+
+def augment_image(rng, im, size, a: ClassifierAugment):
+    """load_image_augment_paths for one image: crop (random or centre), flip, distort."""
+    if a.center:
+        crop = center_crop_image(im, size, size)
+    else:
+        aspect = _rand_scale(rng, a.aspect)
+        r = int(rng.integers(a.min_size, a.max_size + 1))
+        _, ih, iw = im.shape
+        m = ih if ih < iw * aspect else iw * aspect
+        scale = r / m
+        rad = rng.uniform(-a.angle, a.angle) * 2 * math.pi / 360.0
+        dx = (iw * scale / aspect - size) / 2.0
+        dy = (ih * scale - size) / 2.0
+        dx, dy = rng.uniform(-dx, dx), rng.uniform(-dy, dy)
+        crop = rotate_crop_image(im, rad, scale, size, size, dx, dy, aspect)
+    if rng.integers(2):
+        crop = np.ascontiguousarray(crop[:, :, ::-1])
+    return random_distort_image(rng, crop, a.hue, a.saturation, a.exposure)
+
+
+def resize_min(im, m):
+    _, h, w = im.shape
+    if w < h:
+        h, w = (h * m) // w, m
+    else:
+        w, h = (w * m) // h, m
+    return im if (w, h) == im.shape[:0:-1] else resize_image(im, w, h)
+
+
+def center_crop_image(im, w, h):
+    """center_crop_image: the centred square, resized to w x h."""
+    _, ih, iw = im.shape
+    m = min(iw, ih)
+    x0, y0 = (iw - m) // 2, (ih - m) // 2
+    return resize_image(im[:, y0:y0 + m, x0:x0 + m], w, h)
+
+
+def valid_input(im, w, h):
+    """validate_classifier_single: shorter side to w, then the centre w x h crop."""
+    r = resize_min(im, w)
+    _, rh, rw = r.shape
+    x0, y0 = (rw - w) // 2, (rh - h) // 2
+    return np.ascontiguousarray(r[:, y0:y0 + h, x0:x0 + w])
+
+
+# -- training -----------------------------------------------------------------------------------
+def random_init(net, seed: int = 0, start: int = 0):
+    """Darknet's random initialisation for every layer type with weights: conv and connected
+    as train.init_weights; local ~ sqrt(2/(size²c))·U(-1,1), deconvolutional ~ 0.02·N(0,1)·
+    (out area / in area); recurrent layers initialise their sub-layers like conv/connected."""
+    init_weights(net, start, seed)
+    rng = np.random.default_rng([seed, 2])
+    for l in net.layers[start:]:
+        if l.type == "local":
+            l.weights[:] = math.sqrt(2.0 / (l.size * l.size * l.c)) * rng.uniform(-1, 1, l.weights.size)
+        elif l.type == "deconvolutional":
+            l.weights[:] = 0.02 * rng.standard_normal(l.weights.size) * \
+                (l.out_w * l.out_h) / (l.w * l.h)
+        elif hasattr(l, "sublayers"):
+            for s in l.sublayers():
+                if s.type == "convolutional":
+                    scale = math.sqrt(2.0 / (s.size * s.size * s.c / s.groups))
+                    s.weights[:] = scale * rng.standard_normal(s.weights.size)
+                else:
+                    s.weights[:] = math.sqrt(2.0 / s.inputs) * rng.uniform(-1, 1, s.weights.size)
+
+
+@dataclass
+class ClassifierTrainOptions:
+    weights: str | None = None
+    clear: bool = False
+    seed: int = 0
+    workers: int = 2
+    backup: str | None = None
+    max_batches: int | None = None
+    schedule: Schedule = field(default_factory=lambda: Schedule(every=1000, until=0,
+                                                                 every_after=10 ** 9,
+                                                                 backup_every=100))
+    log_every: int = 1
+
+
+class _BatchLoader:
+    """Augmented batches on a thread pool, one batch ahead."""
+
+    def __init__(self, paths, idx, classes, size, aug, batch, seed, workers):
+        self.paths, self.idx, self.classes = paths, idx, classes
+        self.size, self.aug, self.batch = size, aug, batch
+        self.rng = np.random.default_rng(seed)
+        self.pool = ThreadPoolExecutor(max(1, workers))
+        self.next = self.pool.submit(self._load, self._draw())
+
+    def _draw(self):
+        pick = self.rng.integers(len(self.paths), size=self.batch)
+        return [(self.paths[i], int(self.idx[i]), int(self.rng.integers(2 ** 31))) for i in pick]
+
+    def _load(self, items):
+        X = np.empty((len(items), 3, self.size, self.size), np.float32)
+        T = np.zeros((len(items), self.classes), np.float32)
+        for k, (p, c, s) in enumerate(items):
+            X[k] = augment_image(np.random.default_rng(s), load_image_color(p), self.size, self.aug)
+            T[k, c] = 1
+        return X, T
+
+    def __next__(self):
+        X, T = self.next.result()
+        self.next = self.pool.submit(self._load, self._draw())
+        return X, T
+
+    def close(self):
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = None, log=print):
+    """train_classifier for one process on the CPU. Returns what happened (iterations, last
+    loss and average, files written, interrupted)."""
+    opts = opts or ClassifierTrainOptions()
+    dc = ClassifierData.read(datacfg)
+    if not dc.train:
+        raise DataError(f"{datacfg}: no `train` list")
+    paths, idx = labelled_paths(dc.train, dc.labels, log)
+    net = load_network(cfgfile, None)
+    random_init(net, opts.seed)
+    if opts.weights:
+        k = load_partial_weights(net, opts.weights)
+        log(f"loaded {k} of {net.n} layers from {opts.weights} (seen {net.seen})")
+    if opts.clear:
+        net.seen = 0
+    if opts.max_batches is not None:
+        net.max_batches = opts.max_batches
+    if net.outputs != dc.classes:
+        raise DarknumbaError(f"{cfgfile} outputs {net.outputs} values, {datacfg} has "
+                             f"classes={dc.classes}")
+    if net.w != net.h:
+        raise DarknumbaError(f"{cfgfile}: classifier training crops squares; width={net.w} "
+                             f"and height={net.h} differ")
+    base = os.path.splitext(os.path.basename(cfgfile))[0]
+    backup = opts.backup or dc.backup or "backup/"
+    os.makedirs(backup, exist_ok=True)
+    imgs = net.batch * net.subdivisions
+    aug = ClassifierAugment.from_network(net, cfgfile)
+    N = len(paths)
+    log(f"{base}: {N} training images, {dc.classes} classes, batch {imgs} (subdivisions "
+        f"{net.subdivisions}), learning rate {net.learning_rate}, momentum {net.momentum}, "
+        f"decay {net.decay}; crops {aug.min_size}..{aug.max_size} -> {net.w}")
+    written = []
+
+    def save(path):
+        save_weights(net, path)
+        written.append(path)
+        log(f"Saving weights to {path}")
+
+    loader = _BatchLoader(paths, idx, dc.classes, net.w, aug, imgs,
+                          [opts.seed, net.current_batch()], opts.workers)
+    epoch = net.seen // N
+    avg_loss, loss, interrupted = -1.0, math.nan, False
+    try:
+        with _StopFlag() as stop:
+            while net.current_batch() < net.max_batches:
+                t0 = time.time()
+                X, T = next(loader)
+                total = 0.0
+                for s in range(net.subdivisions):
+                    sl = slice(s * net.batch, (s + 1) * net.batch)
+                    err = net.train_datum(X[sl], T[sl])
+                    if not math.isfinite(err):
+                        bad = find_nonfinite_layer(net)
+                        where = f"layer {bad[0]} ({bad[1]}) {bad[2]}" if bad else "the sum"
+                        raise DarknumbaError(
+                            f"iteration {net.current_batch()}: loss is {err} (first non-finite "
+                            f"values in {where}); stopping without saving. Try a lower "
+                            f"learning_rate or a longer burn_in")
+                    total += err
+                loss = total / imgs
+                avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
+                i = net.current_batch()
+                if i % opts.log_every == 0:
+                    log(f"{i}, {net.seen / N:.3f}: {loss:f}, {avg_loss:f} avg, "
+                        f"{net.current_rate():f} rate, {time.time() - t0:f} seconds, "
+                        f"{net.seen} images")
+                if net.seen // N > epoch:
+                    epoch = net.seen // N
+                    save(os.path.join(backup, f"{base}_{epoch}.weights"))
+                if opts.schedule.backup_due(i):
+                    save(os.path.join(backup, f"{base}.backup"))
+                if stop.set:
+                    interrupted = True
+                    break
+    finally:
+        loader.close()
+    save(os.path.join(backup, f"{base}.weights"))
+    return {"iterations": net.current_batch(), "loss": loss, "avg_loss": avg_loss,
+            "written": written, "interrupted": interrupted, "net": net}
+
+
+# -- predict and valid ------------------------------------------------------------------------
+def top_k(pred: np.ndarray, k: int) -> list[int]:
+    """top_k: indexes of the k largest values, ties to the lower index."""
+    return [int(i) for i in np.argsort(-pred, kind="stable")[:k]]
+
+
+def predict_image(net, im: np.ndarray, top: int) -> list[tuple[int, float]]:
+    """predict_classifier for one image: letterbox to the network size, forward, top-k."""
+    x = letterbox_image(im, net.w, net.h)[None]
+    pred = np.asarray(net.predict(x)).reshape(-1)[:net.outputs]
+    return [(i, float(pred[i])) for i in top_k(pred, top)]
+
+
+def validate(net, paths, idx, topk: int, batch: int = 1, log=None):
+    """validate_classifier_single: centre crops, forward, top-1 and top-k accuracy."""
+    hit1 = hitk = 0
+    for start in range(0, len(paths), batch):
+        chunk = paths[start:start + batch]
+        X = np.zeros((net.batch, 3, net.h, net.w), np.float32)
+        for k, p in enumerate(chunk):
+            X[k] = valid_input(load_image_color(p), net.w, net.h)
+        out = np.asarray(net.predict(X)).reshape(net.batch, -1)
+        for k in range(len(chunk)):
+            best = top_k(out[k, :net.outputs], topk)
+            c = int(idx[start + k])
+            hit1 += best[0] == c
+            hitk += c in best
+        n = start + len(chunk)
+        if log:
+            log(f"{n}: top 1: {hit1 / n:f}, top {topk}: {hitk / n:f}")
+    n = len(paths)
+    return hit1 / n, hitk / n

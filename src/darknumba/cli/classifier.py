@@ -1,0 +1,95 @@
+"""`darknumba classifier ...`: Darknet's classifier commands (train, predict, valid) and a
+synthetic example set to try them on."""
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+classifier_app = typer.Typer(help="Darknet's classifier commands: train, predict, valid; "
+                                  "example writes a small synthetic set.", no_args_is_help=True)
+
+DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="classifier .data file")]
+CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
+
+
+@classifier_app.command()
+def train(data: DataArg, cfg: CfgArg,
+          weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
+                                                            help="starting weights (full or partial)")] = None,
+          clear: Annotated[bool, typer.Option(help="reset the seen-images count (fine-tuning)")] = False,
+          max_batches: Annotated[Optional[int], typer.Option(help="override [net] max_batches")] = None,
+          backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
+          seed: Annotated[int, typer.Option(help="random seed (initial weights, batches, augmentation)")] = 0,
+          workers: Annotated[int, typer.Option(help="image loading threads")] = 2,
+          log_every: Annotated[int, typer.Option(help="print a line every N iterations")] = 1):
+    """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
+    rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 100
+    iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save)."""
+    from ..classifier import ClassifierTrainOptions, train_classifier
+    opts = ClassifierTrainOptions(weights=str(weights) if weights else None, clear=clear,
+                                  seed=seed, workers=workers, max_batches=max_batches,
+                                  backup=str(backup) if backup else None, log_every=log_every)
+    train_classifier(str(data), str(cfg), opts,
+                     log=lambda m, file=None: typer.echo(m, err=file is sys.stderr))
+
+
+@classifier_app.command()
+def predict(data: DataArg, cfg: CfgArg,
+            weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
+            images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
+            top: Annotated[Optional[int], typer.Option(help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
+    """Top-k classes of each image with their probabilities, as Darknet prints them."""
+    from ..classifier import ClassifierData, predict_image
+    from ..image import load_image_color
+    from ..parser import load_network
+    dc = ClassifierData.read(data)
+    net = load_network(cfg, weights, batch=1)
+    k = top or dc.top
+    for p in images:
+        im = load_image_color(p)
+        t0 = time.time()
+        res = predict_image(net, im, k)
+        typer.echo(f"{p}: Predicted in {time.time() - t0:f} seconds.", err=True)
+        for i, prob in res:
+            typer.echo(f"{prob * 100:5.2f}%: {dc.names[i]}")
+
+
+@classifier_app.command()
+def valid(data: DataArg, cfg: CfgArg,
+          weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
+          top: Annotated[Optional[int], typer.Option(help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
+          batch: Annotated[int, typer.Option(help="images per forward pass")] = 16,
+          verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
+    """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""
+    from ..classifier import ClassifierData, labelled_paths, validate
+    from ..errors import DataError
+    from ..parser import load_network
+    dc = ClassifierData.read(data)
+    if not dc.valid:
+        raise DataError(f"{data}: no `valid` list")
+    paths, idx = labelled_paths(dc.valid, dc.labels,
+                                log=lambda m, file=None: typer.echo(m, err=True))
+    net = load_network(cfg, weights, batch=batch)
+    k = top or dc.top
+    t1, tk = validate(net, paths, idx, k, batch, log=typer.echo if verbose else None)
+    typer.echo(f"{len(paths)} images: top 1: {t1:f}, top {k}: {tk:f}")
+
+
+@classifier_app.command()
+def example(out: Annotated[Path, typer.Argument(help="output folder")],
+            n: Annotated[int, typer.Option("--n", help="number of images")] = 3000,
+            valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
+            seed: Annotated[int, typer.Option(help="random seed")] = 0):
+    """Write a synthetic 5-class set (32x32 shapes) with its lists, labels and .data file;
+    train it with cfg/shapes5-classifier.cfg."""
+    from ..classifier_example import make_example
+    data = make_example(out, n, valid, seed)
+    typer.echo(f"wrote {n} images; data file: {data}")
+
+
+def register(app: typer.Typer):
+    app.add_typer(classifier_app, name="classifier")
