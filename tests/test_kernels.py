@@ -8,7 +8,7 @@ from darknumba.kernels import activations as act
 from darknumba.kernels.blas import (add_bias, mean_cpu, normalize_cpu, scale_bias, shortcut_cpu,
                                     upsample_cpu, variance_cpu)
 from darknumba.kernels.gemm import gemm, gemm_cpu
-from darknumba.kernels.im2col import col2im_cpu, im2col_cpu
+from darknumba.kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from darknumba.kernels.pool import forward_avgpool_cpu, forward_maxpool_cpu
 from darknumba.kernels.softmax import softmax_cpu
 
@@ -258,3 +258,23 @@ def test_convolutional_layer_forward_matches_direct_convolution(c, n, k, stride,
     net.forward(x)
     ref = naive_conv(x, l.weights, l.biases, b, c, h, w, n, k, stride, pad, groups)
     np.testing.assert_allclose(l.output.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("b,c,h,w,k,stride,pad", [(3, 2, 7, 5, 3, 1, 1), (2, 3, 8, 9, 3, 2, 1),
+                                                  (2, 2, 9, 4, 5, 1, 2), (2, 2, 8, 8, 1, 2, 0)])
+def test_batch_im2col_and_col2im_equal_per_image_ones(b, c, h, w, k, stride, pad):
+    oh = (h + 2 * pad - k) // stride + 1
+    ow = (w + 2 * pad - k) // stride + 1
+    n, K = oh * ow, c * k * k
+    x = rand(b * c * h * w)
+    col = np.zeros(K * b * n, np.float32)
+    im2col_batch_cpu(x, b, c, h, w, k, stride, pad, col)
+    y = rand(K * b * n)
+    back = np.ones(b * c * h * w, np.float32)
+    col2im_batch_cpu(y, b, c, h, w, k, stride, pad, back)
+    for i in range(b):
+        img = slice(i * c * h * w, (i + 1) * c * h * w)
+        np.testing.assert_array_equal(col.reshape(K, b, n)[:, i], naive_im2col(x[img], c, h, w, k, stride, pad))
+        ref = np.ones(c * h * w, np.float32)
+        col2im_cpu(np.ascontiguousarray(y.reshape(K, b, n)[:, i]).ravel(), c, h, w, k, stride, pad, ref)
+        np.testing.assert_allclose(back[img], ref, rtol=1e-6, atol=1e-6)

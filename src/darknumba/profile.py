@@ -1,11 +1,31 @@
-"""Per-layer timing of a forward pass: where the time goes."""
+"""Per-layer timing of forward (and backward) passes: where the time goes."""
 import time
 
 import numpy as np
 
 
+def _table(net, fwd_ms, bwd_ms=None) -> str:
+    total = fwd_ms.sum() + (bwd_ms.sum() if bwd_ms is not None else 0)
+    head = f"{'layer':>5} {'type':<14}{'fwd ms':>8} {'GFLOPS':>7}"
+    if bwd_ms is not None:
+        head += f"{'bwd ms':>8} {'GFLOPS':>7}"
+    rows = [head + f" {'share':>6}"]
+    for i, l in enumerate(net.layers):
+        gf = l.bflops * net.batch
+        row = f"{i:5d} {l.type:<14}{fwd_ms[i]:8.2f} {gf / fwd_ms[i] * 1000 if gf else 0:7.1f}"
+        t = fwd_ms[i]
+        if bwd_ms is not None:
+            # backward of a conv/connected layer: a weight-gradient and an input-gradient GEMM
+            row += f"{bwd_ms[i]:8.2f} {2 * gf / bwd_ms[i] * 1000 if gf and bwd_ms[i] else 0:7.1f}"
+            t += bwd_ms[i]
+        rows.append(row + f" {t / total:6.1%}")
+    rows.append(f"{'':5} {'total':<14}{fwd_ms.sum():8.2f} {'':7}"
+                + (f"{bwd_ms.sum():8.2f}" if bwd_ms is not None else ""))
+    return "\n".join(rows)
+
+
 def profile_forward(net, x, reps: int = 5, train: bool = False) -> str:
-    """Run `reps` forward passes timing each layer; return Darknet-style rows with ms and GFLOPS."""
+    """Run `reps` forward passes timing each layer; Darknet-style rows with ms and GFLOPS."""
     x = net._as_input(x)
     times = np.zeros((reps, net.n))
     for r in range(reps):
@@ -16,11 +36,31 @@ def profile_forward(net, x, reps: int = 5, train: bool = False) -> str:
             l.forward(net)
             times[r, i] = time.perf_counter() - t
             net.input = l.output
-    med = np.median(times, axis=0) * 1000
-    total = med.sum()
-    rows = [f"{'layer':>5} {'type':<14}{'ms':>8} {'share':>6} {'GFLOPS':>8}"]
-    for i, l in enumerate(net.layers):
-        gf = l.bflops * net.batch / (med[i] / 1000) if med[i] > 0 and l.bflops else 0
-        rows.append(f"{i:5d} {l.type:<14}{med[i]:8.2f} {med[i] / total:6.1%} {gf:8.1f}")
-    rows.append(f"{'':5} {'total':<14}{total:8.2f}")
-    return "\n".join(rows)
+    return _table(net, np.median(times, axis=0) * 1000)
+
+
+def profile_train(net, x, truth, reps: int = 3) -> str:
+    """Time each layer's forward and backward in `reps` training passes (no update)."""
+    x = net._as_input(x)
+    truth = net._as_truth(truth)
+    fwd = np.zeros((reps, net.n))
+    bwd = np.zeros((reps, net.n))
+    for r in range(reps):
+        net.input, net.truth, net.train, net._input0 = x, truth, True, x
+        for i, l in enumerate(net.layers):
+            net.index = i
+            t = time.perf_counter()
+            l.delta.fill(0.0)
+            l.forward(net)
+            fwd[r, i] = time.perf_counter() - t
+            net.input = l.output
+        for i in range(net.n - 1, -1, -1):
+            l = net.layers[i]
+            prev = net.layers[i - 1] if i else None
+            net.input = prev.output if prev is not None else x
+            net.delta = prev.delta if prev is not None else None
+            net.index = i
+            t = time.perf_counter()
+            l.backward(net)
+            bwd[r, i] = time.perf_counter() - t
+    return _table(net, np.median(fwd, axis=0) * 1000, np.median(bwd, axis=0) * 1000)

@@ -10,29 +10,44 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
                                                              help=".weights (random if omitted)")] = None,
           batch: Annotated[int, typer.Option(help="images per forward")] = 1,
           reps: Annotated[int, typer.Option(help="timed repetitions")] = 10,
-          train: Annotated[bool, typer.Option(help="time train-mode forward passes")] = False):
-    """Time the forward pass: first call (compile), steady state, and where the time goes per layer."""
+          train: Annotated[bool, typer.Option(help="time training steps (forward, backward, "
+                                                   "update) with random yolo truths")] = False):
+    """Time the forward pass (or a training step): first call (compile), steady state, and
+    where the time goes per layer."""
     import time
 
     import numpy as np
 
     from ..parser import load_network
-    from ..profile import profile_forward
+    from ..profile import profile_forward, profile_train
     net = load_network(cfg, weights, batch=batch)
-    x = np.random.default_rng(0).uniform(0, 1, (batch, net.c, net.h, net.w)).astype(np.float32)
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 1, (batch, net.c, net.h, net.w)).astype(np.float32)
+    if train:
+        truth = np.zeros((batch, net.truths), np.float32)
+        if net.truths == 450:        # yolo: five random boxes per image
+            for k in range(5):
+                truth[:, 5 * k:5 * k + 4] = rng.uniform([.1, .1, .05, .05], [.9, .9, .4, .4], (batch, 4))
+        else:
+            truth[np.arange(batch), rng.integers(0, net.truths, batch)] = 1
+        net.learning_rate = 1e-6           # keep the weights sane over the timed steps
+        step = lambda: net.train_datum(x, truth)      # noqa: E731
+    else:
+        step = lambda: net.forward(x)                  # noqa: E731
     t = time.perf_counter()
-    net.forward(x, train=train)
+    step()
     typer.echo(f"first call {1000 * (time.perf_counter() - t):.1f} ms (compile or cache load)")
-    typer.echo(profile_forward(net, x, reps=reps, train=train))
-    gflop = sum(l.bflops for l in net.layers) * batch
+    typer.echo(profile_train(net, x, truth, reps=reps) if train else profile_forward(net, x, reps=reps))
+    gflop = sum(l.bflops for l in net.layers) * batch * (3 if train else 1)
     times = []
     for _ in range(reps):
         t = time.perf_counter()
-        net.forward(x, train=train)
+        step()
         times.append(time.perf_counter() - t)
     med = float(np.median(times))
-    typer.echo(f"forward {1000 * med:.2f} ms median for {batch} image(s): "
-               f"{batch / med:.1f} images/s, {gflop / med:.1f} effective GFLOPS")
+    what = "training step" if train else "forward"
+    typer.echo(f"{what} {1000 * med:.2f} ms median for {batch} image(s): "
+               f"{batch / med:.2f} images/s, {gflop / med:.1f} effective GFLOPS")
 
 
 def register(app: typer.Typer):

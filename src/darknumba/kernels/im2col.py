@@ -70,3 +70,66 @@ def col2im_cpu(data_col, channels, height, width, ksize, stride, pad, data_im):
                     im_col = w_offset + w * stride - pad
                     if im_col >= 0 and im_col < width:
                         data_im[im_base + im_col] += data_col[col_base + w]
+
+
+@njit(parallel=True, cache=True)
+def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad, data_col):
+    """im2col of `batch` images side by side: data_col is (channels*ksize*ksize) x
+    (batch*height_col*width_col), image b in columns [b*N, (b+1)*N). One large GEMM then covers
+    the whole batch."""
+    height_col = (height + 2 * pad - ksize) // stride + 1
+    width_col = (width + 2 * pad - ksize) // stride + 1
+    n = height_col * width_col
+    ld = batch * n
+    channels_col = channels * ksize * ksize
+    for cbh in prange(channels_col * batch * height_col):
+        h = cbh % height_col
+        b = (cbh // height_col) % batch
+        c = cbh // (height_col * batch)
+        w_offset = c % ksize
+        h_offset = (c // ksize) % ksize
+        c_im = c // ksize // ksize
+        im_row = h_offset + h * stride - pad
+        base = c * ld + b * n + h * width_col
+        dst = data_col[base:base + width_col]
+        if im_row < 0 or im_row >= height:
+            dst[:] = 0.0
+            continue
+        col0 = w_offset - pad
+        w_lo, w_hi = valid_span(col0, stride, width_col, width)
+        dst[:w_lo] = 0.0
+        if w_hi > w_lo:
+            first = ((b * channels + c_im) * height + im_row) * width + col0 + w_lo * stride
+            dst[w_lo:w_hi] = data_im[first:first + (w_hi - w_lo - 1) * stride + 1:stride]
+        dst[w_hi:] = 0.0
+
+
+@njit(parallel=True, cache=True)
+def col2im_batch_cpu(data_col, batch, channels, height, width, ksize, stride, pad, data_im):
+    """Adjoint of im2col_batch_cpu: adds the columns of image b back into image b of data_im.
+    Parallel over (image, channel): each thread owns the pixels it adds into."""
+    height_col = (height + 2 * pad - ksize) // stride + 1
+    width_col = (width + 2 * pad - ksize) // stride + 1
+    n = height_col * width_col
+    ld = batch * n
+    for bc in prange(batch * channels):
+        b = bc // channels
+        c_im = bc % channels
+        im_base = bc * height * width
+        for kk in range(ksize * ksize):
+            c = c_im * ksize * ksize + kk
+            w_offset = kk % ksize
+            h_offset = kk // ksize
+            col0 = w_offset - pad
+            w_lo, w_hi = valid_span(col0, stride, width_col, width)
+            if w_hi <= w_lo:
+                continue
+            for h in range(height_col):
+                im_row = h_offset + h * stride - pad
+                if im_row < 0 or im_row >= height:
+                    continue
+                src = data_col[c * ld + b * n + h * width_col:][w_lo:w_hi]
+                first = im_base + im_row * width + col0 + w_lo * stride
+                dst = data_im[first:first + (w_hi - w_lo - 1) * stride + 1:stride]
+                for w in range(w_hi - w_lo):
+                    dst[w] += src[w]

@@ -27,8 +27,13 @@ from ..kernels.blas import (
 )
 from ..kernels.fused import batchnorm_bias_activate, bias_activate
 from ..kernels.gemm import gemm
-from ..kernels.im2col import col2im_cpu, im2col_cpu
+from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from .base import Layer, require_image_input, zeros
+
+
+# floats of the column matrix the batched backward builds at once (64 MB): images are taken
+# in chunks that fit, so early layers with large maps do not multiply memory by the batch
+BATCH_COLUMNS = 1 << 24
 
 
 def get_activation(section, key="activation", default="logistic"):
@@ -222,10 +227,10 @@ class ConvolutionalLayer(Layer):
     # -- backward and update ----------------------------------------------------------------
     def backward(self, net):
         """backward_convolutional_layer: delta *= act'(output); batch-norm or bias backward;
-        then per image and group weight_updates += delta @ col^T (one GEMM) and, unless this
-        is layer 0, the input gradient W^T @ delta folded back with col2im (added into
-        net.delta). A direct 1x1 convolution adds W^T @ delta straight into net.delta;
-        compat="darknet-cpu" overwrites it instead, as Darknet's CPU code does."""
+        then weight_updates += delta @ col^T and, unless this is layer 0, the input gradient
+        W^T @ delta folded back with col2im (added into net.delta). A direct 1x1 convolution
+        adds W^T @ delta straight into net.delta; compat="darknet-cpu" overwrites it instead,
+        as Darknet's CPU code does."""
         m = self.n // self.groups
         k = self.size * self.size * self.c // self.groups
         n = self.out_h * self.out_w
@@ -235,6 +240,52 @@ class ConvolutionalLayer(Layer):
             backward_batchnorm(self, net)
         else:
             backward_bias(self.bias_updates, self.delta, self.batch, self.n, n)
+        if self.groups == 1:
+            self._backward_gemms_batched(net, m, k, n)
+        else:
+            self._backward_gemms_per_image(net, m, k, n, cg)
+
+    def _backward_gemms_batched(self, net, m, k, n):
+        """The weight and input gradients of up to `bc` images in one GEMM each: the images'
+        columns side by side (k x bc*n), their deltas likewise (m x bc*n). One long reduction
+        instead of one short GEMM (and an m x k temporary) per image."""
+        bc = max(1, min(self.batch, BATCH_COLUMNS // (k * n)))
+        direct = self._direct_1x1()
+        weights = self.weights.reshape(m, k)
+        dw_t = net.scratch("conv_dw_t", k * m).reshape(k, m)
+        x = net.input[:self.batch * self.inputs].reshape(self.batch, self.inputs)
+        dx = net.delta[:self.batch * self.inputs].reshape(self.batch, self.inputs) \
+            if net.delta is not None else None
+        for b0 in range(0, self.batch, bc):
+            nb = min(bc, self.batch - b0)
+            d = net.scratch("conv_delta_cols", m * nb * n).reshape(m, nb, n)
+            d[...] = self.delta[b0 * m * n:(b0 + nb) * m * n].reshape(nb, m, n).transpose(1, 0, 2)
+            col = net.scratch("conv_cols", k * nb * n).reshape(k, nb, n)
+            if direct:       # the input itself is the column matrix (its first k*n values)
+                col[...] = x[b0:b0 + nb, :k * n].reshape(nb, k, n).transpose(1, 0, 2)
+            else:
+                im2col_batch_cpu(x[b0:b0 + nb].reshape(-1), nb, self.c, self.h, self.w,
+                                 self.size, self.stride, self.pad, col.reshape(-1))
+            d2, col2 = d.reshape(m, nb * n), col.reshape(k, nb * n)
+            # weight_updates += delta @ col^T, computed as (col @ delta^T)^T: faster in BLAS
+            np.matmul(col2, d2.T, out=dw_t)
+            self.weight_updates.reshape(m, k)[...] += dw_t.T
+            if dx is None:
+                continue
+            np.matmul(weights.T, d2, out=col2)           # the columns' gradient, k x nb*n
+            if not direct:
+                col2im_batch_cpu(col2.reshape(-1), nb, self.c, self.h, self.w, self.size,
+                                 self.stride, self.pad, dx[b0:b0 + nb].reshape(-1))
+            elif self.compat == "darknet-cpu":
+                # Darknet's CPU code writes a 1x1 convolution's input gradient with beta = 0,
+                # *overwriting* what later layers (e.g. a shortcut) already added
+                dx[b0:b0 + nb, :k * n] = col.transpose(1, 0, 2).reshape(nb, k * n)
+            else:
+                dx[b0:b0 + nb, :k * n] += col.transpose(1, 0, 2).reshape(nb, k * n)
+
+    def _backward_gemms_per_image(self, net, m, k, n, cg):
+        """Grouped convolutions: per image and group, weight_updates += delta @ col^T and the
+        input gradient W^T @ delta folded back with col2im."""
         direct = self._direct_1x1()
         beta_in = 0.0 if self.compat == "darknet-cpu" else 1.0
         ws = net.workspace
