@@ -206,6 +206,16 @@ class ConvolutionalLayer(Layer):
         k = self.size * self.size * self.c // self.groups
         n = self.out_h * self.out_w
         cg = self.c // self.groups
+        if self.groups == 1 and self.batch > 1:
+            self._forward_gemms_batched(net, m, k, n)
+        else:
+            self._forward_gemms_per_image(net, m, k, n, cg)
+        if self.batch_normalize:
+            forward_batchnorm(self, net)
+        else:
+            bias_activate(self.output, self.biases, self.batch, self.n, n, self.activation_id)
+
+    def _forward_gemms_per_image(self, net, m, k, n, cg):
         x, out = net.input, self.output
         ws = net.workspace
         for b in range(self.batch):
@@ -219,10 +229,31 @@ class ConvolutionalLayer(Layer):
                     im2col_cpu(im, cg, self.h, self.w, self.size, self.stride, self.pad, ws)
                     col = ws[:k * n]
                 gemm(0, 0, m, n, k, 1.0, a, col, 0.0, c)
-        if self.batch_normalize:
-            forward_batchnorm(self, net)
+
+    def _batch_columns(self, net, x, b0, nb, k, n):
+        """The column matrices of images b0..b0+nb side by side: k x nb*n."""
+        col = net.scratch("conv_cols", k * nb * n).reshape(k, nb, n)
+        if self._direct_1x1():       # the input itself is the column matrix (its first k*n values)
+            col[...] = x[b0:b0 + nb, :k * n].reshape(nb, k, n).transpose(1, 0, 2)
         else:
-            bias_activate(out, self.biases, self.batch, self.n, n, self.activation_id)
+            im2col_batch_cpu(x[b0:b0 + nb].reshape(-1), nb, self.c, self.h, self.w,
+                             self.size, self.stride, self.pad, col.reshape(-1))
+        return col
+
+    def _forward_gemms_batched(self, net, m, k, n):
+        """W @ [col_0 ... col_bc]: one GEMM for a chunk of images (a longer N runs nearer the
+        BLAS peak than one short GEMM per image), then the m x bc x n result is laid out as
+        bc x m x n."""
+        bc = max(1, min(self.batch, BATCH_COLUMNS // (k * n)))
+        x = net.input[:self.batch * self.inputs].reshape(self.batch, self.inputs)
+        out = self.output.reshape(self.batch, m, n)
+        weights = self.weights.reshape(m, k)
+        for b0 in range(0, self.batch, bc):
+            nb = min(bc, self.batch - b0)
+            col = self._batch_columns(net, x, b0, nb, k, n)
+            res = net.scratch("conv_out_cols", m * nb * n).reshape(m, nb * n)
+            np.matmul(weights, col.reshape(k, nb * n), out=res)
+            out[b0:b0 + nb] = res.reshape(m, nb, n).transpose(1, 0, 2)
 
     # -- backward and update ----------------------------------------------------------------
     def backward(self, net):
@@ -260,12 +291,7 @@ class ConvolutionalLayer(Layer):
             nb = min(bc, self.batch - b0)
             d = net.scratch("conv_delta_cols", m * nb * n).reshape(m, nb, n)
             d[...] = self.delta[b0 * m * n:(b0 + nb) * m * n].reshape(nb, m, n).transpose(1, 0, 2)
-            col = net.scratch("conv_cols", k * nb * n).reshape(k, nb, n)
-            if direct:       # the input itself is the column matrix (its first k*n values)
-                col[...] = x[b0:b0 + nb, :k * n].reshape(nb, k, n).transpose(1, 0, 2)
-            else:
-                im2col_batch_cpu(x[b0:b0 + nb].reshape(-1), nb, self.c, self.h, self.w,
-                                 self.size, self.stride, self.pad, col.reshape(-1))
+            col = self._batch_columns(net, x, b0, nb, k, n)
             d2, col2 = d.reshape(m, nb * n), col.reshape(k, nb * n)
             # weight_updates += delta @ col^T, computed as (col @ delta^T)^T: faster in BLAS
             np.matmul(col2, d2.T, out=dw_t)
