@@ -598,3 +598,36 @@ def test_detection_deltas():
     want = 5 * (np.array([0.4, 0.6, np.sqrt(0.3), np.sqrt(0.5)]) - boxes[3, best])
     np.testing.assert_allclose(d[L * (classes + n) + (3 * n + best) * 4:][:4], want, rtol=1e-5)
     assert l.cost == pytest.approx(float((d.astype(np.float64) ** 2).sum()), rel=1e-5)
+
+
+# -- iseg ------------------------------------------------------------------------------------
+
+def test_iseg_deltas():
+    classes, ids, h, w = 2, 3, 3, 4
+    wh = h * w
+    l = build(f"[iseg]\nclasses={classes}\nids={ids}\n", 1, h, w, classes + ids)
+    x = rand(1, classes + ids, h, w)
+    truth = np.full((90, wh + 1), 0, np.float32)
+    truth[2:, 0] = -1                                         # two instances
+    truth[0, 0], truth[1, 0] = 1, 0
+    m0 = np.zeros(wh, np.float32)
+    m0[[0, 1, 5]] = 1
+    m1 = np.zeros(wh, np.float32)
+    m1[[7, 10, 11]] = 1
+    truth[0, 1:], truth[1, 1:] = m0, m1
+    _, y = forward(l, x, truth=truth.ravel())
+    y = y.reshape(classes + ids, wh).astype(np.float64)
+    np.testing.assert_allclose(y[:classes], sigmoid(x.reshape(classes + ids, wh)[:classes]),
+                               rtol=1e-6)
+    want = np.concatenate([-y[:classes], -0.1 * y[classes:]])
+    want[1, m0 == 1] = 1 - y[1, m0 == 1]
+    want[0, m1 == 1] = 1 - y[0, m1 == 1]
+    emb = y[classes:]
+    means = [emb[:, m == 1].mean(axis=1) for m in (m0, m1)]
+    for i, m in enumerate((m0, m1)):
+        for k in np.flatnonzero(m):
+            for j, mu in enumerate(means):
+                step = np.where(mu - emb[:, k] < 0, -0.1, 0.1)
+                want[classes:, k] += step if i == j else -step
+    want[classes:] *= 0.01
+    np.testing.assert_allclose(l.delta, want.ravel(), rtol=1e-4, atol=1e-6)

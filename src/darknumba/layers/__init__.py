@@ -17,6 +17,7 @@ from .crop import CropLayer
 from .deconvolutional import DeconvolutionalLayer
 from .detection import DetectionLayer
 from .gru import GRULayer
+from .iseg import IsegLayer
 from .l2norm import L2normLayer
 from .local import LocalLayer
 from .logistic import LogisticLayer
@@ -54,4 +55,5 @@ LAYER_TYPES = {
     "gru": GRULayer,
     "lstm": LSTMLayer,
     "crnn": CRNNLayer,
+    "iseg": IsegLayer,
 }
