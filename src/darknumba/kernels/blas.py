@@ -10,6 +10,10 @@ import math
 import numpy as np
 from numba import njit, prange
 
+# Per-channel sums accumulate in float64 and may be reassociated (and so vectorised): the
+# order changes nothing at float32 precision, and Darknet's -Ofast build reassociates too.
+REDUCE = {"reassoc"}
+
 
 @njit(parallel=True, cache=True)
 def fill_cpu(n, alpha, x):
@@ -46,8 +50,9 @@ def add_bias(output, biases, batch, n, size):
         i = bi % n
         base = bi * size
         bias = biases[i]
+        row = output[base:base + size]       # slices: no negative-index checks, vectorises
         for j in range(size):
-            output[base + j] += bias
+            row[j] += bias
 
 
 @njit(parallel=True, cache=True)
@@ -57,23 +62,25 @@ def scale_bias(output, scales, batch, n, size):
         i = bi % n
         base = bi * size
         s = scales[i]
+        row = output[base:base + size]
         for j in range(size):
-            output[base + j] *= s
+            row[j] *= s
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=REDUCE)
 def mean_cpu(x, batch, filters, spatial, mean):
     scale = 1.0 / (batch * spatial)
     for i in prange(filters):
         acc = 0.0
         for j in range(batch):
             base = j * filters * spatial + i * spatial
+            row = x[base:base + spatial]
             for k in range(spatial):
-                acc += x[base + k]
+                acc += row[k]
         mean[i] = np.float32(acc * scale)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=REDUCE)
 def variance_cpu(x, mean, batch, filters, spatial, variance):
     """Unbiased: divides by batch*spatial - 1, as Darknet does."""
     scale = 1.0 / (batch * spatial - 1)
@@ -82,8 +89,9 @@ def variance_cpu(x, mean, batch, filters, spatial, variance):
         m = mean[i]
         for j in range(batch):
             base = j * filters * spatial + i * spatial
+            row = x[base:base + spatial]
             for k in range(spatial):
-                d = np.float64(x[base + k] - m)
+                d = np.float64(row[k] - m)
                 acc += d * d
         variance[i] = np.float32(acc * scale)
 
@@ -96,8 +104,9 @@ def normalize_cpu(x, mean, variance, batch, filters, spatial):
         base = bf * spatial
         m = mean[f]
         d = np.float32(math.sqrt(variance[f])) + np.float32(0.000001)
+        row = x[base:base + spatial]
         for k in range(spatial):
-            x[base + k] = (x[base + k] - m) / d
+            row[k] = (row[k] - m) / d
 
 
 @njit(parallel=True, cache=True)
@@ -156,44 +165,48 @@ def sum_array(a, n):
 #    batchnorm_layer.c). Per-channel reductions run in parallel over channels, so each
 #    iteration owns the entry it writes. Darknet's backward epsilon is 1e-5 *inside* the sqrt.
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=REDUCE)
 def backward_bias(bias_updates, delta, batch, n, size):
     """bias_updates[i] += sum of delta[b, i, :] over the batch"""
     for i in prange(n):
         acc = 0.0
         for b in range(batch):
             base = (b * n + i) * size
+            row = delta[base:base + size]
             for k in range(size):
-                acc += delta[base + k]
+                acc += row[k]
         bias_updates[i] += np.float32(acc)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=REDUCE)
 def backward_scale_cpu(x_norm, delta, batch, n, size, scale_updates):
     """scale_updates[f] += sum of delta * x_norm over batch and space for channel f"""
     for f in prange(n):
         acc = 0.0
         for b in range(batch):
             base = (b * n + f) * size
+            d = delta[base:base + size]
+            xn = x_norm[base:base + size]
             for k in range(size):
-                acc += np.float64(delta[base + k]) * x_norm[base + k]
+                acc += np.float64(d[k]) * xn[k]
         scale_updates[f] += np.float32(acc)
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=REDUCE)
 def mean_delta_cpu(delta, variance, batch, filters, spatial, mean_delta):
     """mean_delta[i] = -sum(delta[., i, .]) / sqrt(var[i] + 1e-5)"""
     for i in prange(filters):
         acc = 0.0
         for j in range(batch):
             base = (j * filters + i) * spatial
+            row = delta[base:base + spatial]
             for k in range(spatial):
-                acc += delta[base + k]
+                acc += row[k]
         v = np.float64(variance[i] + np.float32(0.00001))
         mean_delta[i] = np.float32(acc * (-1.0 / math.sqrt(v)))
 
 
-@njit(parallel=True, cache=True)
+@njit(parallel=True, cache=True, fastmath=REDUCE)
 def variance_delta_cpu(x, delta, mean, variance, batch, filters, spatial, variance_delta):
     """variance_delta[i] = -0.5 * sum(delta * (x - mean)) * (var[i] + 1e-5)^(-3/2)"""
     for i in prange(filters):
@@ -201,8 +214,10 @@ def variance_delta_cpu(x, delta, mean, variance, batch, filters, spatial, varian
         m = mean[i]
         for j in range(batch):
             base = (j * filters + i) * spatial
+            d = delta[base:base + spatial]
+            xr = x[base:base + spatial]
             for k in range(spatial):
-                acc += np.float64(delta[base + k]) * (x[base + k] - m)
+                acc += np.float64(d[k]) * (xr[k] - m)
         v = np.float64(variance[i] + np.float32(0.00001))
         variance_delta[i] = np.float32(acc * (-0.5 * v ** -1.5))
 
@@ -220,9 +235,10 @@ def normalize_delta_cpu(x, mean, variance, mean_delta, variance_delta, batch, fi
         vd = 2.0 * variance_delta[f] * inv_n
         md = mean_delta[f] * inv_n
         m = mean[f]
+        d = delta[base:base + spatial]
+        xr = x[base:base + spatial]
         for k in range(spatial):
-            delta[base + k] = np.float32(delta[base + k] * inv_std
-                                         + vd * np.float64(x[base + k] - m) + md)
+            d[k] = np.float32(d[k] * inv_std + vd * np.float64(xr[k] - m) + md)
 
 
 # -- update (Darknet's update_*_layer and, for adam=1, its adam_update_gpu) ---------------------
