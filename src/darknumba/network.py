@@ -9,7 +9,7 @@ import random
 import numpy as np
 
 from .errors import DarknumbaError
-from .layers.base import UpdateArgs
+from .layers.base import Scratch, UpdateArgs
 
 POLICIES = ("constant", "step", "steps", "exp", "poly", "sig", "random")
 
@@ -51,7 +51,7 @@ class Network:
         self.train = False
         self.index = 0
         self.workspace = np.zeros(1, dtype=np.float32)
-        self._scratch = {}
+        self.scratch = Scratch()
         self.cost = math.nan
 
     # -- sizes -------------------------------------------------------------------------------
@@ -74,14 +74,6 @@ class Network:
     def truths(self) -> int:
         last = self.layers[-1]
         return getattr(last, "truths", 0) or self.output_layer().outputs
-
-    def scratch(self, name: str, size: int) -> np.ndarray:
-        """A float32 buffer of `size` shared by every layer under `name`: allocated the first
-        time it is asked for (grown if a later layer asks for more), never per call."""
-        buf = self._scratch.get(name)
-        if buf is None or buf.size < size:
-            buf = self._scratch[name] = np.empty(size, dtype=np.float32)
-        return buf[:size]
 
     def alloc_workspace(self):
         size = max([l.workspace_size for l in self.layers] + [1])

@@ -51,6 +51,29 @@ class UpdateArgs:
     t: int = 0
 
 
+class Scratch:
+    """Float32 buffers shared by all layers of a network, by name: `scratch(name, size)`
+    allocates the first time (and grows if a later layer asks for more), never per call."""
+
+    def __init__(self):
+        self._bufs = {}
+
+    def __call__(self, name: str, size: int) -> np.ndarray:
+        buf = self._bufs.get(name)
+        if buf is None or buf.size < size:
+            buf = self._bufs[name] = np.empty(size, dtype=np.float32)
+        return buf[:size]
+
+
+def scratch_of(net) -> Scratch:
+    """The network's scratch buffers; sub-networks that composite layers (rnn, crnn...) build
+    for their inner layers may carry none, and share one process-wide set instead."""
+    return getattr(net, "scratch", None) or _SHARED_SCRATCH
+
+
+_SHARED_SCRATCH = Scratch()
+
+
 def zeros(n: int) -> np.ndarray:
     return np.zeros(int(n), dtype=np.float32)
 

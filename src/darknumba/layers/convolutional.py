@@ -7,17 +7,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
+from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import (
     adam_update_cpu,
-    add_bias,
     axpy_cpu,
     backward_bias,
     backward_scale_cpu,
-    copy_cpu,
     mean_cpu,
     mean_delta_cpu,
-    normalize_cpu,
     normalize_delta_cpu,
     scal_cpu,
     scale_bias,
@@ -25,10 +22,10 @@ from ..kernels.blas import (
     variance_cpu,
     variance_delta_cpu,
 )
-from ..kernels.fused import batchnorm_bias_activate, bias_activate
+from ..kernels.fused import batchnorm_bias_activate, batchnorm_train_epilogue, bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
-from .base import Layer, require_image_input, zeros
+from .base import Layer, require_image_input, scratch_of, zeros
 
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
@@ -49,20 +46,17 @@ def forward_batchnorm(l, net):
 
     Train mode: batch mean and *unbiased* variance, rolling stats updated 0.99/0.01 during the
     forward pass, x and x_norm kept for backward. Test mode: rolling statistics."""
-    n, spatial, total = l.out_c, l.out_h * l.out_w, l.batch * l.outputs
+    n, spatial = l.out_c, l.out_h * l.out_w
     if net.train:
-        copy_cpu(total, l.output, l.x)
         mean_cpu(l.output, l.batch, n, spatial, l.mean)
         variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
         scal_cpu(n, 0.99, l.rolling_mean)
         axpy_cpu(n, 0.01, l.mean, l.rolling_mean)
         scal_cpu(n, 0.99, l.rolling_variance)
         axpy_cpu(n, 0.01, l.variance, l.rolling_variance)
-        normalize_cpu(l.output, l.mean, l.variance, l.batch, n, spatial)
-        copy_cpu(total, l.output, l.x_norm)
-        scale_bias(l.output, l.scales, l.batch, n, spatial)
-        add_bias(l.output, l.biases, l.batch, n, spatial)
-        activate_array(l.output, total, l.activation_id)
+        # copy x, normalize, copy x_norm, scale, add bias, activate: one sweep
+        batchnorm_train_epilogue(l.output, l.x, l.x_norm, l.mean, l.variance, l.scales, l.biases,
+                                 l.batch, n, spatial, l.activation_id)
     else:
         batchnorm_bias_activate(l.output, l.rolling_mean, l.rolling_variance, l.scales, l.biases,
                                 l.batch, n, spatial, l.activation_id)
@@ -232,7 +226,7 @@ class ConvolutionalLayer(Layer):
 
     def _batch_columns(self, net, x, b0, nb, k, n):
         """The column matrices of images b0..b0+nb side by side: k x nb*n."""
-        col = net.scratch("conv_cols", k * nb * n).reshape(k, nb, n)
+        col = scratch_of(net)("conv_cols", k * nb * n).reshape(k, nb, n)
         if self._direct_1x1():       # the input itself is the column matrix (its first k*n values)
             col[...] = x[b0:b0 + nb, :k * n].reshape(nb, k, n).transpose(1, 0, 2)
         else:
@@ -251,7 +245,7 @@ class ConvolutionalLayer(Layer):
         for b0 in range(0, self.batch, bc):
             nb = min(bc, self.batch - b0)
             col = self._batch_columns(net, x, b0, nb, k, n)
-            res = net.scratch("conv_out_cols", m * nb * n).reshape(m, nb * n)
+            res = scratch_of(net)("conv_out_cols", m * nb * n).reshape(m, nb * n)
             np.matmul(weights, col.reshape(k, nb * n), out=res)
             out[b0:b0 + nb] = res.reshape(m, nb, n).transpose(1, 0, 2)
 
@@ -283,13 +277,13 @@ class ConvolutionalLayer(Layer):
         bc = max(1, min(self.batch, BATCH_COLUMNS // (k * n)))
         direct = self._direct_1x1()
         weights = self.weights.reshape(m, k)
-        dw_t = net.scratch("conv_dw_t", k * m).reshape(k, m)
+        dw_t = scratch_of(net)("conv_dw_t", k * m).reshape(k, m)
         x = net.input[:self.batch * self.inputs].reshape(self.batch, self.inputs)
         dx = net.delta[:self.batch * self.inputs].reshape(self.batch, self.inputs) \
             if net.delta is not None else None
         for b0 in range(0, self.batch, bc):
             nb = min(bc, self.batch - b0)
-            d = net.scratch("conv_delta_cols", m * nb * n).reshape(m, nb, n)
+            d = scratch_of(net)("conv_delta_cols", m * nb * n).reshape(m, nb, n)
             d[...] = self.delta[b0 * m * n:(b0 + nb) * m * n].reshape(nb, m, n).transpose(1, 0, 2)
             col = self._batch_columns(net, x, b0, nb, k, n)
             d2, col2 = d.reshape(m, nb * n), col.reshape(k, nb * n)
