@@ -112,6 +112,9 @@ def test_maxpool_matches_numpy(size, stride, pad, h, w):
     forward_maxpool_cpu(x, b, c, h, w, size, stride, pad, oh, ow, out, idx)
     np.testing.assert_array_equal(out, ref)
     np.testing.assert_array_equal(idx, ref_idx)
+    fast = np.zeros(ref.size, np.float32)
+    forward_maxpool_cpu(x, b, c, h, w, size, stride, pad, oh, ow, fast, idx, False)
+    np.testing.assert_array_equal(fast, ref)
 
 
 def test_avgpool_matches_numpy():

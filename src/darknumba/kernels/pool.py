@@ -13,10 +13,12 @@ FLT_MAX = np.float32(3.4028234663852886e38)
 
 
 @njit(parallel=True, cache=True)
-def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output, indexes):
+def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output, indexes,
+                        want_indexes=True):
     """One output row per iteration. The window offsets (n, m) are visited in Darknet's scan
     order and each sweeps the whole row with a strict `>`, so ties resolve exactly as in C;
-    each offset's in-bounds columns form one interval, so the inner loop has no bounds test."""
+    each offset's in-bounds columns form one interval, so the inner loop has no bounds test.
+    With want_indexes False (inference) the winners' positions are not recorded."""
     w_offset = -(pad // 2)
     h_offset = -(pad // 2)
     for bki in prange(batch * c * out_h):
@@ -42,11 +44,15 @@ def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, ou
                 src = inp[first:first + (j_hi - j_lo - 1) * stride + 1:stride]
                 o = out_row[j_lo:j_hi]
                 ix = idx_row[j_lo:j_hi]
-                for j in range(j_hi - j_lo):
-                    val = src[j]
-                    better = val > o[j]
-                    o[j] = val if better else o[j]
-                    ix[j] = np.int32(first + j * stride) if better else ix[j]
+                if want_indexes:
+                    for j in range(j_hi - j_lo):
+                        val = src[j]
+                        better = val > o[j]
+                        o[j] = val if better else o[j]
+                        ix[j] = np.int32(first + j * stride) if better else ix[j]
+                else:
+                    for j in range(j_hi - j_lo):
+                        o[j] = max(o[j], src[j])
 
 
 @njit(parallel=True, cache=True)

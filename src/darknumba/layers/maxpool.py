@@ -40,7 +40,8 @@ class MaxpoolLayer(Layer):
     def forward(self, net):
         """forward_maxpool_layer"""
         forward_maxpool_cpu(net.input, self.batch, self.c, self.h, self.w, self.size, self.stride,
-                            self.pad, self.out_h, self.out_w, self.output, self.indexes)
+                            self.pad, self.out_h, self.out_w, self.output, self.indexes,
+                            net.train)
 
     def backward(self, net):
         """backward_maxpool_layer: each output's delta goes to the input that won."""
