@@ -44,8 +44,7 @@ def _yolo_truth(net, batch):
 
 
 def work_darknumba(args):
-    import numpy as np
-    import darknumba as dn
+    import darknumba as dn            # first: it sets the thread policies numpy's BLAS reads
     batch = args.batch
     net = dn.load_network(args.cfg, args.weights, batch=batch)
     x = _input(net.c, net.h, net.w, batch)
