@@ -14,6 +14,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def gemm_floor(net, reps):
+    """Median ms/image of just the convolutions' GEMMs (weights @ columns), back to back."""
+    import numpy as np
+    ops = []
+    for l in net.layers:
+        if l.type == "convolutional":
+            m, k, n = l.n // l.groups, l.size * l.size * l.c // l.groups, l.out_h * l.out_w
+            for _ in range(l.groups * net.batch):
+                ops.append((l.weights[:m * k].reshape(m, k), np.random.rand(k, n).astype(np.float32),
+                            np.empty((m, n), np.float32)))
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        for a, b, c in ops:
+            np.matmul(a, b, out=c)
+        times.append(time.perf_counter() - t)
+    return float(np.median(times)) * 1000 / net.batch
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--cfg", default=str(ROOT / "cfg" / "yolov3-tiny.cfg"))
@@ -51,6 +70,9 @@ def main():
     print(f"steady state {np.median(times):8.2f} ms/image median, {times.min():.2f} min "
           f"over {args.reps} runs = {1000 / np.median(times):.1f} images/s, "
           f"{gflop / (np.median(times) / 1000):.1f} effective GFLOPS")
+    floor = gemm_floor(net, args.reps)
+    print(f"GEMMs alone  {floor:8.2f} ms/image (the convolutions' matrix products on random "
+          f"operands): darknumba / GEMMs = {np.median(times) / floor:.2f}")
     if args.profile:
         from darknumba.profile import profile_forward
         print(profile_forward(net, x, reps=max(3, args.reps // 4)))
