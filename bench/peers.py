@@ -46,7 +46,7 @@ def _yolo_truth(net, batch):
 def work_darknumba(args):
     import darknumba as dn            # first: it sets the thread policies numpy's BLAS reads
     batch = args.batch
-    net = dn.load_network(args.cfg, args.weights, batch=batch)
+    net = _load(args, batch)
     x = _input(net.c, net.h, net.w, batch)
     if args.mode == "infer":
         step = lambda: net.forward(x)       # noqa: E731
@@ -56,6 +56,16 @@ def work_darknumba(args):
         net.subdivisions = 1
         step = lambda: net.train_datum(x, truth)    # noqa: E731
     return _time(step, args)
+
+
+def _load(args, batch, weights=True):
+    """The network at --size (if given); random weights when the weights file is missing."""
+    import darknumba as dn
+    w = args.weights if weights and os.path.exists(args.weights) else None
+    net = dn.load_network(args.cfg, w, batch=batch)
+    if args.size:
+        net.resize(args.size, args.size)
+    return net
 
 
 def _time(step, args):
@@ -77,7 +87,7 @@ def work_opencv(args):
     net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
     names = net.getUnconnectedOutLayersNames()
     import darknumba as dn
-    d = dn.parse_network_cfg(args.cfg, batch=1)
+    d = _load(args, 1, weights=False)
     x = _input(d.c, d.h, d.w, args.batch)
 
     def step():
@@ -152,7 +162,7 @@ def work_torch(args):
     import torch
     import darknumba as dn
     torch.set_num_threads(os.cpu_count())
-    net = dn.load_network(args.cfg, args.weights, batch=args.batch)
+    net = _load(args, args.batch)
     x = _input(net.c, net.h, net.w, args.batch)
     train = args.mode == "train"
     model = torch_model(net)(train)
@@ -210,6 +220,7 @@ WORKERS = {"darknumba": work_darknumba, "opencv": work_opencv, "torch": work_tor
 # ---------------------------------------------------------------------------------------------
 def run_worker(peer, mode, batch, args):
     cmd = [sys.executable, __file__, "--worker", peer, "--mode", mode, "--batch", str(batch),
+           "--size", str(args.size),
            "--cfg", args.cfg, "--weights", args.weights, "--reps", str(args.reps),
            "--warmup", str(args.warmup)]
     if args.darknet:
@@ -234,7 +245,9 @@ def available(peer):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cfg", default=str(ROOT / "cfg" / "yolov3-tiny.cfg"))
-    ap.add_argument("--weights", default=str(ROOT / "weights" / "yolov3-tiny.weights"))
+    ap.add_argument("--weights", default=None, help="default: weights/<cfg name>.weights, "
+                    "else random weights shared by every peer")
+    ap.add_argument("--size", type=int, default=0, help="input size (default: the cfg's)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=2)
@@ -245,13 +258,19 @@ def main():
     ap.add_argument("--mode", default="infer", help=argparse.SUPPRESS)
     ap.add_argument("--batch", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.weights is None:
+        args.weights = str(ROOT / "weights" / (Path(args.cfg).stem + ".weights"))
     if args.worker:
         print(json.dumps(WORKERS[args.worker](args)))
         return
 
     import numpy as np
     import darknumba as dn
-    gflop = sum(l.bflops for l in dn.parse_network_cfg(args.cfg, batch=1).layers)
+    if not os.path.exists(args.weights):
+        # no trained weights at hand (e.g. yolov3): every peer loads the same random ones
+        args.weights = str(Path(os.environ.get("TMPDIR", "/tmp")) / f"{Path(args.cfg).stem}-random.weights")
+        dn.save_weights(dn.load_network(args.cfg, None, batch=1), args.weights)
+    gflop = sum(l.bflops for l in _load(args, 1, weights=False).layers)
     for mode in args.modes.split(","):
         batch = 1 if mode == "infer" else args.train_batch
         peers = ["darknumba", "opencv", "torch"] if mode == "infer" else ["darknumba", "torch"]
@@ -269,7 +288,8 @@ def main():
                 results[p]["rss_mb"] = max(results[p]["rss_mb"], r["rss_mb"])
         label = "inference, batch 1" if mode == "infer" else f"training step, batch {batch}"
         flops = gflop * (1 if mode == "infer" else 3)
-        print(f"\n{Path(args.cfg).name} {label} ({args.rounds} rounds x {args.reps} reps, interleaved)")
+        size = f" at {args.size}x{args.size}" if args.size else ""
+        print(f"\n{Path(args.cfg).name}{size} {label} ({args.rounds} rounds x {args.reps} reps, interleaved)")
         print(f"{'peer':<11}{'min ms/img':>11}{'median':>9}{'images/s':>10}{'GFLOPS':>8}{'peak RSS':>10}"
               f"{'ratio':>8}")
         base = None
