@@ -281,3 +281,29 @@ def test_batch_im2col_and_col2im_equal_per_image_ones(b, c, h, w, k, stride, pad
         ref = np.ones(c * h * w, np.float32)
         col2im_cpu(np.ascontiguousarray(y.reshape(K, b, n)[:, i]).ravel(), c, h, w, k, stride, pad, ref)
         np.testing.assert_allclose(back[img], ref, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_fused_batchnorm_backward_equals_darknets_seven_kernels(train):
+    from darknumba.kernels.blas import (backward_bias, backward_scale_cpu, mean_delta_cpu,
+                                        normalize_delta_cpu, variance_delta_cpu)
+    from darknumba.kernels.fused import batchnorm_backward
+    b, f, s = 3, 5, 37
+    x = rand(b * f * s) * 2 + 0.5
+    x_norm = rand(b * f * s)
+    delta = rand(b * f * s)
+    mean = rand(f)
+    var = np.abs(rand(f)) + 0.1
+    scales = rand(f)
+    bu, su, md, vd = (rand(f) for _ in range(4))
+    ref = [delta.copy(), bu.copy(), su.copy(), md.copy(), vd.copy()]
+    backward_bias(ref[1], ref[0], b, f, s)
+    backward_scale_cpu(x_norm, ref[0], b, f, s, ref[2])
+    scale_bias(ref[0], scales, b, f, s)
+    mean_delta_cpu(ref[0], var, b, f, s, ref[3])
+    variance_delta_cpu(x, ref[0], mean, var, b, f, s, ref[4])
+    normalize_delta_cpu(x, mean, var, ref[3], ref[4], b, f, s, ref[0])
+    got = [delta.copy(), bu.copy(), su.copy(), md.copy(), vd.copy()]
+    batchnorm_backward(got[0], x, x_norm, mean, var, scales, b, f, s, got[1], got[2], got[3], got[4])
+    for name, g, r in zip(["delta", "bias_updates", "scale_updates", "mean_delta", "variance_delta"], got, ref):
+        np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max(), err_msg=name)

@@ -12,17 +12,13 @@ from ..kernels.blas import (
     adam_update_cpu,
     axpy_cpu,
     backward_bias,
-    backward_scale_cpu,
     mean_cpu,
-    mean_delta_cpu,
-    normalize_delta_cpu,
     scal_cpu,
-    scale_bias,
     sgd_update_cpu,
     variance_cpu,
-    variance_delta_cpu,
 )
-from ..kernels.fused import batchnorm_bias_activate, batchnorm_train_epilogue, bias_activate
+from ..kernels.fused import (batchnorm_backward, batchnorm_bias_activate, batchnorm_train_epilogue,
+                             bias_activate)
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from .base import Layer, require_image_input, scratch_of, zeros
@@ -68,13 +64,8 @@ def backward_batchnorm(l, net):
     batch mean and variance (train mode) or the rolling statistics (test mode)."""
     n, spatial = l.out_c, l.out_h * l.out_w
     mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
-    backward_bias(l.bias_updates, l.delta, l.batch, n, spatial)
-    backward_scale_cpu(l.x_norm, l.delta, l.batch, n, spatial, l.scale_updates)
-    scale_bias(l.delta, l.scales, l.batch, n, spatial)
-    mean_delta_cpu(l.delta, variance, l.batch, n, spatial, l.mean_delta)
-    variance_delta_cpu(l.x, l.delta, mean, variance, l.batch, n, spatial, l.variance_delta)
-    normalize_delta_cpu(l.x, mean, variance, l.mean_delta, l.variance_delta, l.batch, n, spatial,
-                        l.delta)
+    batchnorm_backward(l.delta, l.x, l.x_norm, mean, variance, l.scales, l.batch, n, spatial,
+                       l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta)
 
 
 def update_params(l, a, compat):
