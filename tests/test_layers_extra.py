@@ -154,13 +154,28 @@ def test_l2norm_forward_and_passthrough_backward():
 # -- normalization (LRN) ---------------------------------------------------------------------
 
 def lrn_ref(x, size, alpha, beta, kappa):
+    """Darknet's norms: the first window covers channels q < size/2 (one short of the textbook
+    q <= size/2), then each step subtracts channel k-(size-1)/2-1 and adds channel k+size/2."""
     b, c, h, w = x.shape
     sq = x.astype(np.float64) ** 2
     norms = np.empty_like(sq)
+    n = kappa + alpha * sq[:, :size // 2].sum(axis=1)
     for k in range(c):
-        lo, hi = max(0, k - (size - 1) // 2), min(c - 1, k + size // 2)
-        norms[:, k] = kappa + alpha * sq[:, lo:hi + 1].sum(axis=1)
+        if k > 0:
+            if k - (size - 1) // 2 - 1 >= 0:
+                n = n - alpha * sq[:, k - (size - 1) // 2 - 1]
+            if k + size // 2 < c:
+                n = n + alpha * sq[:, k + size // 2]
+        norms[:, k] = n
     return x * norms ** -beta, norms
+
+
+def test_lrn_window_quirk():
+    """Past the first `size` channels the window is the textbook one minus channel size/2."""
+    x = rand(1, 9, 1, 1)
+    _, norms = lrn_ref(x, 3, 1.0, 0.75, 1.0)
+    sq = x.ravel().astype(np.float64) ** 2
+    assert norms.ravel()[5] == pytest.approx(1 + sq[4:7].sum() - sq[1])
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])

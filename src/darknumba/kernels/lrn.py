@@ -11,23 +11,34 @@ from numba import njit, prange
 
 @njit(parallel=True, cache=True)
 def lrn_forward_cpu(x, batch, c, spatial, size, alpha, beta, kappa, norms, output):
-    """norms[k] = kappa + alpha * sum of x² over channels k-(size-1)//2 .. k+size//2 (clipped;
-    alpha is *not* divided by size, unlike Krizhevsky's formula); output = x * norms^-beta."""
-    lo_off = (size - 1) // 2
-    hi_off = size // 2
-    a = np.float64(alpha)
+    """norms by Darknet's sliding window over channels, then output = x * norms^-beta.
+
+    norms[0] = kappa + alpha * Σ x[q]² for q < size/2; then norms[k] = norms[k-1]
+    - alpha·x[k-(size-1)/2-1]² (if >= 0) + alpha·x[k+size/2]² (if < c). alpha is not divided by
+    size. Quirk kept: the first window stops one channel short (q < size/2, not <=), so channel
+    size/2 is never added, yet it is subtracted once the window passes it: for k >= size
+    the norm is kappa + alpha·(Σ of the textbook window) - alpha·x[size/2]²."""
+    a = np.float32(alpha)
+    half = size // 2
+    back = (size - 1) // 2 + 1
     for bp in prange(batch * spatial):
         b = bp // spatial
         p = bp % spatial
         base = b * c * spatial + p
+        n = np.float32(kappa)
+        for q in range(min(half, c)):
+            v = x[base + q * spatial]
+            n += a * (v * v)
         for k in range(c):
-            s = 0.0
-            lo = max(0, k - lo_off)
-            hi = min(c - 1, k + hi_off)
-            for q in range(lo, hi + 1):
-                v = np.float64(x[base + q * spatial])
-                s += v * v
-            n = np.float32(kappa + a * s)
+            if k > 0:
+                prev = k - back
+                nxt = k + half
+                if prev >= 0:
+                    v = x[base + prev * spatial]
+                    n -= a * (v * v)
+                if nxt < c:
+                    v = x[base + nxt * spatial]
+                    n += a * (v * v)
             norms[base + k * spatial] = n
             output[base + k * spatial] = np.float32(x[base + k * spatial] *
                                                     math.pow(np.float64(n), -beta))

@@ -1,5 +1,6 @@
 """[normalization] (Darknet's `normalization_layer.c`): local response normalisation across
-channels, out = x · (kappa + alpha·Σ x²)^-beta over a window of `size` channels.
+channels, out = x · (kappa + alpha·Σ x²)^-beta over a window of `size` channels, summed by
+Darknet's sliding window with its off-by-one (see kernels/lrn.py; checked against C darknet).
 
 Darknet's backward is approximate (delta · norms^-beta, the cross-channel terms dropped) and
 copies over the previous delta; we keep the approximation and add (compat="darknet-cpu" copies).
