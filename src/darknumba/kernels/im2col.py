@@ -1,7 +1,7 @@
-"""im2col / col2im (Darknet's `im2col.c`, `col2im.c`) for one image.
+"""im2col / col2im (Darknet's `im2col.c`, `col2im.c`), for one image or a batch side by side.
 
-data_im:  channels x height x width
-data_col: (channels*ksize*ksize) x (height_col*width_col), row c = (c_im, ky, kx)
+data_im:  [batch x] channels x height x width
+data_col: (channels*ksize*ksize) x ([batch x] height_col*width_col), row c = (c_im, ky, kx)
 """
 from numba import njit, prange
 
@@ -19,57 +19,17 @@ def valid_span(col0, stride, n_out, width):
     return lo, max(hi, lo)
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def im2col_cpu(data_im, channels, height, width, ksize, stride, pad, data_col):
-    height_col = (height + 2 * pad - ksize) // stride + 1
-    width_col = (width + 2 * pad - ksize) // stride + 1
-    channels_col = channels * ksize * ksize
-    # one (row of the column matrix, output row) pair per iteration: each owns its writes
-    for ch in prange(channels_col * height_col):
-        c = ch // height_col
-        h = ch % height_col
-        w_offset = c % ksize
-        h_offset = (c // ksize) % ksize
-        c_im = c // ksize // ksize
-        im_row = h_offset + h * stride - pad
-        col_base = (c * height_col + h) * width_col
-        dst = data_col[col_base:col_base + width_col]
-        if im_row < 0 or im_row >= height:
-            dst[:] = 0.0
-            continue
-        # output columns whose input column w_offset + w*stride - pad lies inside the image
-        col0 = w_offset - pad
-        w_lo, w_hi = valid_span(col0, stride, width_col, width)
-        dst[:w_lo] = 0.0
-        if w_hi > w_lo:
-            first = width * (im_row + height * c_im) + col0 + w_lo * stride
-            # slices, not computed indices: numba then skips its negative-index checks and the
-            # copy vectorises
-            dst[w_lo:w_hi] = data_im[first:first + (w_hi - w_lo - 1) * stride + 1:stride]
-        dst[w_hi:] = 0.0
+    """Darknet's im2col_cpu: one image; the column matrix's row c = (c_im, ky, kx)."""
+    im2col_batch_cpu(data_im, 1, channels, height, width, ksize, stride, pad, data_col)
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True)
 def col2im_cpu(data_col, channels, height, width, ksize, stride, pad, data_im):
-    """Adjoint of im2col: *adds* each column entry back into its pixel of data_im.
-    Parallel over image channels, so each thread owns the pixels it adds into."""
-    height_col = (height + 2 * pad - ksize) // stride + 1
-    width_col = (width + 2 * pad - ksize) // stride + 1
-    for c_im in prange(channels):
-        for kk in range(ksize * ksize):
-            c = c_im * ksize * ksize + kk
-            w_offset = kk % ksize
-            h_offset = kk // ksize
-            for h in range(height_col):
-                im_row = h_offset + h * stride - pad
-                if im_row < 0 or im_row >= height:
-                    continue
-                col_base = (c * height_col + h) * width_col
-                im_base = width * (im_row + height * c_im)
-                for w in range(width_col):
-                    im_col = w_offset + w * stride - pad
-                    if im_col >= 0 and im_col < width:
-                        data_im[im_base + im_col] += data_col[col_base + w]
+    """Darknet's col2im_cpu, the adjoint of im2col: *adds* each column entry back into its
+    pixel of data_im."""
+    col2im_batch_cpu(data_col, 1, channels, height, width, ksize, stride, pad, data_im)
 
 
 @njit(parallel=True, cache=True)
@@ -82,6 +42,7 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
     n = height_col * width_col
     ld = batch * n
     channels_col = channels * ksize * ksize
+    # one (row of the column matrix, image, output row) per iteration: each owns its writes
     for cbh in prange(channels_col * batch * height_col):
         h = cbh % height_col
         b = (cbh // height_col) % batch
@@ -95,11 +56,14 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
         if im_row < 0 or im_row >= height:
             dst[:] = 0.0
             continue
+        # output columns whose input column w_offset + w*stride - pad lies inside the image
         col0 = w_offset - pad
         w_lo, w_hi = valid_span(col0, stride, width_col, width)
         dst[:w_lo] = 0.0
         if w_hi > w_lo:
             first = ((b * channels + c_im) * height + im_row) * width + col0 + w_lo * stride
+            # slices, not computed indices: numba then skips its negative-index checks and the
+            # copy vectorises
             dst[w_lo:w_hi] = data_im[first:first + (w_hi - w_lo - 1) * stride + 1:stride]
         dst[w_hi:] = 0.0
 
