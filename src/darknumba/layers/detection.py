@@ -103,7 +103,9 @@ class DetectionLayer(Layer):
             axpy_cpu(self.batch * self.inputs, 1.0, self.delta, net.delta)
 
     def get_detections(self, thresh, b=0):
-        """get_detection_detections for image b, boxes relative to the image (0..1)."""
+        """get_detection_detections for image b, boxes relative to the image (0..1). (Darknet
+        multiplies these by the image size even when get_network_boxes asks for relative
+        boxes, so its own `detect` draws YOLOv1 boxes scaled twice; we return relative ones.)"""
         k = self.side * self.side * self.n
         dets = Detections(np.empty((k, 4), np.float32), np.empty(k, np.float32),
                           np.empty((k, self.classes), np.float32))
