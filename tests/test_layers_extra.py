@@ -646,3 +646,61 @@ def test_iseg_deltas():
                 want[classes:, k] += step if i == j else -step
     want[classes:] *= 0.01
     np.testing.assert_allclose(l.delta, want.ravel(), rtol=1e-4, atol=1e-6)
+
+
+def _tree_layer(tmp_path, batch=1):
+    (tmp_path / "t.tree").write_text("a -1\nb -1\na1 0\na2 0\na3 0\nb1 1\nb2 1\n")
+    text = (f"[region]\nanchors=1,1.5,2,2\nclasses=7\nnum=2\nsoftmax=1\nthresh=.6\n"
+            f"tree={tmp_path / 't.tree'}\n")
+    return build(text, batch, 3, 3, 2 * (5 + 7))
+
+
+def test_region_tree_softmax_and_hierarchical_deltas(tmp_path):
+    l = _tree_layer(tmp_path)
+    t = l.tree
+    assert list(t.group_offset) == [0, 2, 5] and list(t.group_size) == [2, 3, 2]
+    assert list(t.child[:2]) == [1, 2] and list(t.leaf) == [0, 0, 1, 1, 1, 1, 1]
+    x = rand(1, 2 * 12, 3, 3, lo=-2, hi=2)
+    truth = np.zeros(150, np.float32)
+    truth[:5] = [0.5, 0.5, 0.4, 0.5, 3]                         # class a2, child of a
+    _, y = forward(l, x, truth=truth, seen=20000)
+    cls = y.reshape(2, 12, 9)[:, 5:]
+    xr = x.reshape(2, 12, 9)[:, 5:].astype(np.float64)
+    for o, s in ((0, 2), (2, 3), (5, 2)):                      # a softmax per sibling group
+        e = np.exp(xr[:, o:o + s] - xr[:, o:o + s].max(axis=1, keepdims=True))
+        np.testing.assert_allclose(cls[:, o:o + s], e / e.sum(axis=1, keepdims=True), rtol=1e-5)
+    d = l.delta.reshape(2, 12, 9)
+    a = int(np.abs(d[:, 0, 4]).argmax())                        # the anchor the truth went to
+    want = np.zeros(7)
+    want[[0, 3]] = 1                                            # path a2 -> a; siblings to 0
+    for c in (0, 1, 2, 3, 4):
+        assert d[a, 5 + c, 4] == pytest.approx(want[c] - cls[a, c, 4], rel=1e-5)
+    assert d[a, 5 + 5, 4] == 0 and d[a, 5 + 6, 4] == 0           # b's group is off the path
+    assert l.stats["class"] == pytest.approx(cls[a, 3, 4] * cls[a, 0, 4], rel=1e-5)
+
+
+def test_region_tree_classification_only_truth_and_top_prediction(tmp_path):
+    l = _tree_layer(tmp_path)
+    x = rand(1, 2 * 12, 3, 3, lo=-2, hi=2)
+    truth = np.zeros(150, np.float32)
+    truth[:5] = [200000, 200000, 1, 1, 6]                       # class b2, no box
+    _, y = forward(l, x, truth=truth, seen=20000)
+    yr, d = y.reshape(2, 12, 9), l.delta.reshape(2, 12, 9)
+    score = yr[:, 4] * yr[:, 5 + 6] * yr[:, 5 + 1]              # obj * P(b2 | b) * P(b)
+    a, k = np.unravel_index(int(score.argmax()), score.shape)
+    assert d[a, 4, k] == 0
+    others = np.ones((2, 9), bool)
+    others[a, k] = False
+    np.testing.assert_allclose(d[:, 4][others], -yr[:, 4][others], rtol=1e-6)
+    assert not d[:, :4].any()                                   # no box deltas
+    assert d[a, 5 + 6, k] == pytest.approx(1 - yr[a, 5 + 6, k], rel=1e-5)
+    dets = l.get_detections(3, 3, 3, 3, thresh=0.0, letterbox=False, hier=0.0)
+    i = k * 2 + a
+    p = yr[a, 5:, k].astype(np.float64).copy()
+    p[2:5] *= p[0]
+    p[5:7] *= p[1]
+    best_root = int(np.argmax(p[:2]))
+    kids = slice(2, 5) if best_root == 0 else slice(5, 7)
+    top = (2 if best_root == 0 else 5) + int(np.argmax(p[kids]))
+    assert int(np.flatnonzero(dets.prob[i])[0]) == top
+    assert dets.prob[i, top] == pytest.approx(yr[a, 4, k])

@@ -68,7 +68,8 @@ def _delta_region_box(tx_, ty_, tw_, th_, output, biases, a, index, i, j, lw, lh
 @njit(cache=True)
 def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, truths, thresh,
                   prior, coord_scale, object_scale, noobject_scale, class_scale, mask_scale,
-                  bias_match, rescore, background, tag, delta, stats):
+                  bias_match, rescore, background, tag, class_map, has_tree, parent, group,
+                  group_offset, group_size, skip, delta, stats):
     """The training half of forward_region_layer (without a class tree).
 
     1. every prediction: δobj = noobject_scale·(0 - obj) (background: 1 - obj), zeroed when its
@@ -79,11 +80,16 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
        scaled by coord_scale·(2 - w·h), δobj = object_scale·(1 - obj) (rescore: iou - obj;
        background: 0 - obj) and class deltas scaled by class_scale; with tag (no softmax),
        a second truth in the same slot only sets its own class (delta_region_class quirk).
-    stats (6,) float64 += avg_iou, recall, avg_cat, avg_obj, avg_anyobj, count."""
+    With a class map the truth's class is mapped first; with a tree the class deltas follow
+    the class's path (delta_region_class_tree). Images with skip[b] set (classification-only,
+    handled by region_tree_class_only) are left alone.
+    stats (7,) float64 += avg_iou, recall, avg_cat, avg_obj, avg_anyobj, count, class_count."""
     wh = lw * lh
     entries = coords + classes + 1
     stride = wh
     for b in range(batch):
+        if skip[b]:
+            continue
         tb = b * truths
         nt = 0
         while nt < MAX_TRUTHS and truth[tb + nt * (coords + 1)] != 0:
@@ -148,8 +154,14 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
             if background:
                 delta[obj_index] = np.float32(object_scale * (0.0 - output[obj_index]))
             cls = int(truth[o + coords])
+            if class_map.size:
+                cls = class_map[cls]
             class_index = box_index + (coords + 1) * wh
-            if tag and delta[class_index] != 0:
+            stats[6] += 1
+            if has_tree:
+                stats[2] += delta_region_class_tree(output, delta, class_index, cls, parent, group,
+                                                    group_offset, group_size, class_scale, stride)
+            elif tag and delta[class_index] != 0:
                 delta[class_index + stride * cls] = np.float32(
                     class_scale * (1.0 - output[class_index + stride * cls]))
             else:
@@ -206,3 +218,156 @@ def get_region_detections_cpu(bbox, objectness, prob, output, offset, n, lw, lh,
                 for j in range(classes):
                     p = scale * output[cbase + j * wh]
                     prob[k, j] = p if p > thresh else np.float32(0.0)
+
+
+# -- class trees (YOLO9000) ---------------------------------------------------------------------
+
+@njit(cache=True)
+def softmax_tree_cpu(inp, output, batch, n, entries, wh, class_start, group_offset, group_size):
+    """A softmax within each group of the tree, for every image, anchor and cell (the layout
+    of Darknet's GPU softmax_tree; its CPU branch indexes the buffer inconsistently)."""
+    for b in range(batch):
+        for a in range(n):
+            base = (b * n + a) * entries * wh + class_start * wh
+            for i in range(wh):
+                for g in range(group_offset.size):
+                    o, s = group_offset[g], group_size[g]
+                    if s == 0:
+                        continue
+                    largest = inp[base + o * wh + i]
+                    for k in range(1, s):
+                        v = inp[base + (o + k) * wh + i]
+                        if v > largest:
+                            largest = v
+                    tot = 0.0
+                    for k in range(s):
+                        e = math.exp(np.float64(inp[base + (o + k) * wh + i]) - largest)
+                        tot += e
+                        output[base + (o + k) * wh + i] = np.float32(e)
+                    for k in range(s):
+                        output[base + (o + k) * wh + i] = np.float32(
+                            output[base + (o + k) * wh + i] / tot)
+
+
+@njit(cache=True)
+def hierarchy_probability(output, index, cls, parent, stride):
+    p = 1.0
+    while cls >= 0:
+        p *= output[index + cls * stride]
+        cls = parent[cls]
+    return p
+
+
+@njit(cache=True)
+def delta_region_class_tree(output, delta, index, cls, parent, group, group_offset, group_size,
+                            scale, stride):
+    """delta_region_class with a hierarchy: along the path to the root, every class of each
+    group is pulled to 0 and the path's class to 1. Returns the path probability."""
+    pred = 1.0
+    while cls >= 0:
+        pred *= output[index + stride * cls]
+        g = group[cls]
+        o = group_offset[g]
+        for k in range(group_size[g]):
+            delta[index + stride * (o + k)] = np.float32(scale * (0.0 - output[index + stride * (o + k)]))
+        delta[index + stride * cls] = np.float32(scale * (1.0 - output[index + stride * cls]))
+        cls = parent[cls]
+    return pred
+
+
+@njit(cache=True)
+def region_tree_class_only(output, truth, batch, n, lw, lh, coords, classes, truths, class_map,
+                           noobject_scale, class_scale, parent, group, group_offset, group_size,
+                           delta, stats, done):
+    """forward_region_layer's tree branch for classification-only truths (a box with x and y
+    > 100000): every objectness pulled to 0, the class path trained at the prediction with the
+    highest obj·P(class), whose objectness delta is then 0. done[b] = 1 marks such images."""
+    wh = lw * lh
+    entries = coords + classes + 1
+    for b in range(batch):
+        t = 0
+        while t < MAX_TRUTHS:
+            o = b * truths + t * (coords + 1)
+            if truth[o] == 0:
+                break
+            cls = int(truth[o + coords])
+            if class_map.size:
+                cls = class_map[cls]
+            if truth[o] > 100000 and truth[o + 1] > 100000:
+                maxp = 0.0
+                maxi = 0
+                for k in range(n * wh):
+                    a, loc = k // wh, k % wh
+                    base = (b * n + a) * entries * wh + loc
+                    obj_index = base + coords * wh
+                    delta[obj_index] = np.float32(noobject_scale * (0.0 - output[obj_index]))
+                    p = output[obj_index] * hierarchy_probability(
+                        output, base + (coords + 1) * wh, cls, parent, wh)
+                    if p > maxp:
+                        maxp = p
+                        maxi = k
+                a, loc = maxi // wh, maxi % wh
+                base = (b * n + a) * entries * wh + loc
+                stats[2] += delta_region_class_tree(output, delta, base + (coords + 1) * wh, cls,
+                                                    parent, group, group_offset, group_size,
+                                                    class_scale, wh)
+                delta[base + coords * wh] = 0.0
+                stats[6] += 1
+                done[b] = 1
+                break
+            t += 1
+
+
+@njit(cache=True)
+def hierarchy_top_prediction(p, child, parent, group_offset, group_size, thresh):
+    """hierarchy_top_prediction on one cell's (already path-multiplied) class probabilities:
+    descend from the roots taking each group's best class while the path probability stays
+    above thresh."""
+    prob = 1.0
+    g = 0
+    while True:
+        best, best_i = 0.0, 0
+        for k in range(group_size[g]):
+            idx = group_offset[g] + k
+            if p[idx] > best:
+                best, best_i = p[idx], idx
+        if prob * best > thresh:
+            prob = prob * best
+            g = child[best_i]
+            if g < 0:
+                return best_i
+        elif g == 0:
+            return best_i
+        else:
+            return parent[group_offset[g]]
+
+
+@njit(cache=True)
+def get_region_detections_tree_cpu(bbox, objectness, prob, output, offset, n, lw, lh, coords,
+                                   classes, biases, thresh, tree_thresh, parent, child,
+                                   group_offset, group_size):
+    """get_region_detections with a tree and no map: the boxes as without a tree; each
+    candidate's prob is its objectness (if > thresh) at the top class of the hierarchy
+    (hierarchy_predictions then hierarchy_top_prediction, on a copy: Darknet rewrites the
+    layer output in place)."""
+    wh = lw * lh
+    entries = coords + classes + 1
+    p = np.empty(classes, dtype=np.float64)
+    for i in range(wh):
+        row = i // lw
+        col = i % lw
+        for a in range(n):
+            k = i * n + a
+            base = offset + a * entries * wh + i
+            scale = output[base + coords * wh]
+            x, y, w, h = _region_box(output, biases, a, base, col, row, lw, lh, wh)
+            bbox[k, 0], bbox[k, 1], bbox[k, 2], bbox[k, 3] = x, y, w, h
+            objectness[k] = scale if scale > thresh else np.float32(0.0)
+            for j in range(classes):
+                prob[k, j] = 0.0
+                p[j] = output[base + (coords + 1 + j) * wh]
+            for j in range(classes):
+                if parent[j] >= 0:
+                    p[j] *= p[parent[j]]
+            j = hierarchy_top_prediction(p, child, parent, group_offset, group_size, tree_thresh)
+            prob[k, j] = scale if scale > thresh else np.float32(0.0)

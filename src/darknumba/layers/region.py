@@ -8,7 +8,11 @@ Training deltas are in output space (see kernels/region.py). Quirk: pjreddie's C
 backward_region_layer is commented out, so a CPU-built Darknet never back-propagates a
 [region] loss; the GPU build multiplies the x, y and objectness deltas by σ'(output) and adds
 them. We do what the GPU build does; compat="darknet-cpu" passes nothing, as the CPU build.
-Not supported: `tree=` (YOLO9000's hierarchical softmax) and `map=` (class maps).
+With `tree=` (YOLO9000's class hierarchy, e.g. data/9k.tree) the classes get a softmax per
+group of siblings, the class deltas follow the truth class's path to the root, truths with
+x, y > 100000 are classification-only (trained at the best-scoring prediction), and detections
+report the top class of the hierarchy; this follows Darknet's GPU path (its CPU branch indexes
+the buffer inconsistently). `map=` maps training class ids (data/coco9k.map).
 """
 import math
 
@@ -19,11 +23,15 @@ from ..image import letterbox_size
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.box import correct_yolo_boxes_cpu
 from ..kernels.region import (MAX_TRUTHS, activate_region_output, get_region_detections_cpu,
-                              region_deltas, region_gradient)
+                              get_region_detections_tree_cpu, region_deltas, region_gradient,
+                              region_tree_class_only, softmax_tree_cpu)
 from ..kernels.softmax import softmax_cpu
 from ..kernels.yolo import sum_squares
+from ..tree import read_map, read_tree, resolve
 from .base import Layer, require_image_input
 from .common import overwrites
+
+_NO_INTS = np.zeros(0, dtype=np.int64)
 
 
 class RegionLayer(Layer):
@@ -40,6 +48,8 @@ class RegionLayer(Layer):
         self.max_boxes, self.jitter, self.thresh, self.random = 30, 0.2, 0.5, 0
         self.coord_scale = self.object_scale = self.noobject_scale = 1.0
         self.mask_scale = self.class_scale = 1.0
+        self.tree = None
+        self.map = _NO_INTS
         self.cost = 0.0
         self.stats = None
         self.resize(w, h)
@@ -62,10 +72,6 @@ class RegionLayer(Layer):
             raise s.error(None, f"the layer before this region layer has {params.c} filters, but "
                                 f"num*(classes+coords+1) = {num}*({classes}+{coords}+1) = "
                                 f"{expected} are needed")
-        for key in ("tree", "map"):
-            if s.has(key):
-                raise s.error(key, f"{key}= ({'hierarchical softmax' if key == 'tree' else 'class maps'}) "
-                                   f"is not supported")
         anchors = s.find_list("anchors", float, None)
         if anchors is not None and len(anchors) > 2 * num:
             raise s.error("anchors", f"num={num} takes {2 * num} anchor values, found {len(anchors)}")
@@ -87,6 +93,12 @@ class RegionLayer(Layer):
         l.mask_scale = s.find_float("mask_scale", 1)
         l.class_scale = s.find_float("class_scale", 1)
         l.bias_match = s.find_int("bias_match", 0)
+        if s.has("tree"):
+            l.tree = read_tree(resolve(s.find_str("tree"), params.path))
+            if l.tree.n != classes:
+                raise s.error("tree", f"the tree has {l.tree.n} classes, the layer classes={classes}")
+        if s.has("map"):
+            l.map = read_map(resolve(s.find_str("map"), params.path))
         return l
 
     def forward(self, net):
@@ -95,23 +107,38 @@ class RegionLayer(Layer):
         copy_cpu(self.batch * self.outputs, net.input, self.output)
         activate_region_output(self.output, self.batch, self.n, self.coords, self.classes, wh,
                                self.background, not self.softmax)
-        if self.softmax:
+        if self.tree is not None:
+            t = self.tree
+            softmax_tree_cpu(net.input, self.output, self.batch, self.n, self.c // self.n, wh,
+                             self.coords + 1, t.group_offset, t.group_size)
+        elif self.softmax:
             index = (self.coords + (0 if self.background else 1)) * wh
             softmax_cpu(net.input[index:], self.classes + self.background, self.batch * self.n,
                         self.inputs // self.n, wh, 1, wh, 1.0, self.output[index:])
         self.delta[:] = 0.0
         if not net.train or net.truth is None:
             return
-        stats = np.zeros(6, dtype=np.float64)
+        stats = np.zeros(7, dtype=np.float64)
+        skip = np.zeros(self.batch, dtype=np.int64)
+        t = self.tree
+        tree_args = (t.parent, t.group, t.group_offset, t.group_size) if t is not None else \
+            (_NO_INTS, _NO_INTS, _NO_INTS, _NO_INTS)
+        if t is not None:
+            region_tree_class_only(self.output, net.truth, self.batch, self.n, self.w, self.h,
+                                   self.coords, self.classes, self.truths, self.map,
+                                   self.noobject_scale, self.class_scale, *tree_args, self.delta,
+                                   stats, skip)
         region_deltas(self.output, net.truth, self.biases, self.batch, self.n, self.w, self.h,
                       self.coords, self.classes, self.truths, self.thresh, net.seen < 12800,
                       self.coord_scale, self.object_scale, self.noobject_scale, self.class_scale,
                       self.mask_scale, bool(self.bias_match), bool(self.rescore),
-                      bool(self.background), not self.softmax, self.delta, stats)
+                      bool(self.background), not self.softmax, self.map, t is not None,
+                      *tree_args, skip, self.delta, stats)
         self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
-        iou, recall, cat, obj, anyobj, count = stats
+        iou, recall, cat, obj, anyobj, count, class_count = stats
         per = (lambda v: v / count) if count else (lambda v: math.nan)
-        self.stats = {"avg_iou": per(iou), "class": per(cat), "obj": per(obj),
+        self.stats = {"avg_iou": per(iou), "class": cat / class_count if class_count else math.nan,
+                      "obj": per(obj),
                       "no_obj": anyobj / (wh * self.n * self.batch), "recall": per(recall),
                       "count": int(count)}
 
@@ -131,17 +158,26 @@ class RegionLayer(Layer):
                         self.w * self.h, bool(self.background))
         axpy_cpu(self.batch * self.inputs, 1.0, self.delta, net.delta)
 
-    def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True):
+    def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True,
+                       hier=0.5):
         """get_region_detections + correct_region_boxes for image b, as a box.Detections of
-        all n·w·h candidates (objectness 0 below thresh). Darknet averages with a flipped copy
-        when the batch is 2; here each image is decoded on its own."""
+        all n·w·h candidates (objectness 0 below thresh); `hier` is the tree threshold.
+        Darknet averages with a flipped copy when the batch is 2; here each image is decoded
+        on its own."""
         k = self.n * self.w * self.h
         dets = Detections(np.empty((k, 4), np.float32), np.empty(k, np.float32),
                           np.empty((k, self.classes), np.float32))
-        get_region_detections_cpu(dets.bbox, dets.objectness, dets.prob, self.output,
-                                  b * self.outputs, self.n, self.w, self.h, self.coords,
-                                  self.classes, self.biases, np.float32(thresh),
-                                  bool(self.background))
+        if self.tree is not None:
+            t = self.tree
+            get_region_detections_tree_cpu(dets.bbox, dets.objectness, dets.prob, self.output,
+                                           b * self.outputs, self.n, self.w, self.h, self.coords,
+                                           self.classes, self.biases, np.float32(thresh), hier,
+                                           t.parent, t.child, t.group_offset, t.group_size)
+        else:
+            get_region_detections_cpu(dets.bbox, dets.objectness, dets.prob, self.output,
+                                      b * self.outputs, self.n, self.w, self.h, self.coords,
+                                      self.classes, self.biases, np.float32(thresh),
+                                      bool(self.background))
         new_w, new_h = letterbox_size(w, h, netw, neth) if letterbox else (netw, neth)
         correct_yolo_boxes_cpu(dets.bbox, w, h, netw, neth, new_w, new_h, relative)
         return dets
