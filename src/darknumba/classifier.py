@@ -214,7 +214,7 @@ class ClassifierTrainOptions:
     max_batches: int | None = None
     schedule: Schedule = field(default_factory=lambda: Schedule(every=1000, until=0,
                                                                  every_after=10 ** 9,
-                                                                 backup_every=100))
+                                                                 backup_every=1000))
     log_every: int = 1
 
 

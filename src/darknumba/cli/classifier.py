@@ -27,7 +27,7 @@ def train(data: DataArg, cfg: CfgArg,
           workers: Annotated[int, typer.Option(help="image loading threads")] = 2,
           log_every: Annotated[int, typer.Option(help="print a line every N iterations")] = 1):
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
-    rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 100
+    rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 1000
     iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save)."""
     from ..classifier import ClassifierTrainOptions, train_classifier
     opts = ClassifierTrainOptions(weights=str(weights) if weights else None, clear=clear,
