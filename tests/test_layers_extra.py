@@ -231,11 +231,9 @@ def reorg_ref(x, stride, forward_flag):
     c2, off = k % out_c, k // out_c
     w2, h2 = i * stride + off % stride, j * stride + off // stride
     out = np.zeros(x.size, np.float32)
-    flat = x.reshape(b, -1)
     for bb in range(b):
         in_idx = (i + w * (j + h * (k + c * bb))).ravel()
         out_idx = (w2 + w * stride * (h2 + h * stride * (c2 + out_c * bb))).ravel()
-        src = flat[bb].ravel()
         if forward_flag:
             out[out_idx] = x.ravel()[in_idx]
         else:

@@ -18,7 +18,7 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from .data import get_paths, read_data_cfg, read_list
 from .errors import DataError, DarknumbaError
 from .image import letterbox_image, load_image_color, resize_image
 from .parser import load_network
-from .train import Schedule, _StopFlag, find_nonfinite_layer, init_weights, load_partial_weights
+from .train import _StopFlag, find_nonfinite_layer, init_weights, load_partial_weights
 from .weights import save_weights
 
 
@@ -212,9 +212,7 @@ class ClassifierTrainOptions:
     workers: int = 2
     backup: str | None = None
     max_batches: int | None = None
-    schedule: Schedule = field(default_factory=lambda: Schedule(every=1000, until=0,
-                                                                 every_after=10 ** 9,
-                                                                 backup_every=1000))
+    backup_every: int = 1000        # CFG.backup every N iterations (Darknet: 1000)
     log_every: int = 1
 
 
@@ -319,7 +317,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
                 if net.seen // N > epoch:
                     epoch = net.seen // N
                     save(os.path.join(backup, f"{base}_{epoch}.weights"))
-                if opts.schedule.backup_due(i):
+                if i % opts.backup_every == 0:
                     save(os.path.join(backup, f"{base}.backup"))
                 if stop.set:
                     interrupted = True
