@@ -171,7 +171,7 @@ class LossChart:
             ax2.plot(x, [100 * v for v in y], "o-", color="tab:red", label="mAP@0.5 %")
             ax2.set_ylim(0, 100)
             ax2.set_ylabel("mAP@0.5 %")
-            ax2.legend(loc="upper right")
+            ax2.legend(loc="lower right")
         ax.legend(loc="upper left")
         ax.set_title(f"iteration {self.iters[-1]}: avg loss {self.avg[-1]:.4f}")
         import io
