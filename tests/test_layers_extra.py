@@ -702,3 +702,19 @@ def test_region_tree_classification_only_truth_and_top_prediction(tmp_path):
     top = (2 if best_root == 0 else 5) + int(np.argmax(p[kids]))
     assert int(np.flatnonzero(dets.prob[i])[0]) == top
     assert dets.prob[i, top] == pytest.approx(yr[a, 4, k])
+
+
+def test_random_init_covers_every_layer_with_weights(tmp_path):
+    from darknumba.classifier import random_init
+    cfg = tmp_path / "all.cfg"
+    cfg.write_text("[net]\nbatch=2\ntime_steps=2\nwidth=6\nheight=6\nchannels=2\n\n"
+                   "[local]\nfilters=2\nsize=3\nstride=1\npad=1\n\n"
+                   "[deconvolutional]\nfilters=2\nsize=2\nstride=2\n\n"
+                   "[crnn]\nhidden_filters=2\noutput_filters=2\n\n"
+                   "[rnn]\noutput=3\n\n[gru]\noutput=3\n\n[lstm]\noutput=3\n")
+    net = dn.parse_network_cfg(cfg, seed=None)
+    random_init(net, seed=3)
+    for l in net.layers:
+        for name, a in l.weight_records():
+            if name.endswith("weights"):
+                assert np.count_nonzero(a) == a.size, (l.type, name)

@@ -28,7 +28,7 @@ from .data import get_paths, read_data_cfg, read_list
 from .errors import DataError, DarknumbaError
 from .image import letterbox_image, load_image_color, resize_image
 from .parser import load_network
-from .train import _StopFlag, find_nonfinite_layer, init_weights, load_partial_weights
+from .train import _StopFlag, find_nonfinite_layer, load_partial_weights
 from .weights import save_weights
 
 
@@ -184,24 +184,18 @@ def valid_input(im, w, h):
 
 # -- training -----------------------------------------------------------------------------------
 def random_init(net, seed: int = 0, start: int = 0):
-    """Darknet's random initialisation for every layer type with weights: conv and connected
-    as train.init_weights; local ~ sqrt(2/(size²c))·U(-1,1), deconvolutional ~ 0.02·N(0,1)·
-    (out area / in area); recurrent layers initialise their sub-layers like conv/connected."""
-    init_weights(net, start, seed)
-    rng = np.random.default_rng([seed, 2])
+    """Darknet's random initialisation (the make_*_layer functions) of layers [start, n):
+    convolutional sqrt(2/(size²·c/groups))·N(0,1), connected sqrt(2/inputs)·U(-1,1), and any
+    layer with its own `random_init(rng)` (local, deconvolutional, rnn, gru, lstm, crnn)."""
+    rng = np.random.default_rng([seed, 1])
     for l in net.layers[start:]:
-        if l.type == "local":
-            l.weights[:] = math.sqrt(2.0 / (l.size * l.size * l.c)) * rng.uniform(-1, 1, l.weights.size)
-        elif l.type == "deconvolutional":
-            l.weights[:] = 0.02 * rng.standard_normal(l.weights.size) * \
-                (l.out_w * l.out_h) / (l.w * l.h)
-        elif hasattr(l, "sublayers"):
-            for s in l.sublayers():
-                if s.type == "convolutional":
-                    scale = math.sqrt(2.0 / (s.size * s.size * s.c / s.groups))
-                    s.weights[:] = scale * rng.standard_normal(s.weights.size)
-                else:
-                    s.weights[:] = math.sqrt(2.0 / s.inputs) * rng.uniform(-1, 1, s.weights.size)
+        if l.type == "convolutional":
+            scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
+            l.weights[:] = scale * rng.standard_normal(l.weights.size)
+        elif l.type == "connected":
+            l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
+        elif hasattr(l, "random_init"):
+            l.random_init(rng)
 
 
 @dataclass

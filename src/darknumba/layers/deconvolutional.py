@@ -110,6 +110,11 @@ class DeconvolutionalLayer(Layer):
                 gemm(0, 0, m, k, n, 1.0, self.weights, ws, 1.0,
                      net.delta[b * self.inputs:(b + 1) * self.inputs])
 
+    def random_init(self, rng):
+        """make_deconvolutional_layer's 0.02·N(0,1), scaled by out_w·out_h / (w·h)."""
+        self.weights[:] = 0.02 * rng.standard_normal(self.weights.size) * \
+            (self.out_w * self.out_h) / (self.w * self.h)
+
     def update(self, a):
         """update_deconvolutional_layer (SGD; Darknet has no CPU Adam here either)."""
         update_params(self, a, self.compat)

@@ -12,7 +12,7 @@ from ..kernels.recurrent import (gru_backward_out_cpu, gru_backward_reset_cpu, g
                                  gru_output_cpu)
 from .base import Layer, zeros
 from .connected import ConnectedLayer
-from .steps import StepBuffers, step_net
+from .steps import StepBuffers, random_init_sublayers, step_net
 
 NAMES = ("wz", "wr", "wh", "uz", "ur", "uh")
 
@@ -110,6 +110,9 @@ class GRULayer(Layer):
             for name, d in (("uz", self.dz), ("ur", self.dr)):
                 copy_cpu(n, d, S[name].dlt(t))
                 S[name].at(t).backward(step_net(net, x, dx))
+
+    def random_init(self, rng):
+        random_init_sublayers(self.sublayers(), rng)
 
     def update(self, a):
         for l in self.sublayers():

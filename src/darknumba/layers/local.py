@@ -82,6 +82,12 @@ class LocalLayer(Layer):
                 col2im_cpu(ws, self.c, self.h, self.w, self.size, self.stride, self.pad,
                            net.delta[b * self.inputs:(b + 1) * self.inputs])
 
+    def random_init(self, rng):
+        """make_local_layer's sqrt(2/(size²·c))·U(-1,1). (Darknet fills only the first
+        c·n·size² weights, one location's worth, and leaves the others 0; we fill all.)"""
+        scale = np.sqrt(2.0 / (self.size * self.size * self.c))
+        self.weights[:] = scale * rng.uniform(-1, 1, self.weights.size)
+
     def update(self, a):
         """update_local_layer: SGD with momentum; decay on the weights; no Adam."""
         f32 = np.float32

@@ -12,7 +12,7 @@ from ..kernels.blas import copy_cpu, fill_cpu
 from ..kernels.recurrent import lstm_backward_cpu, lstm_forward_cpu
 from .base import Layer, zeros
 from .connected import ConnectedLayer
-from .steps import StepBuffers, step_net
+from .steps import StepBuffers, random_init_sublayers, step_net
 
 NAMES = ("wi", "wf", "wo", "wg", "ui", "uf", "uo", "ug")       # .weights order
 GATES = ("f", "i", "g", "o")
@@ -105,6 +105,9 @@ class LSTMLayer(Layer):
                 copy_cpu(n, D[g], S["u" + g].dlt(t))
                 S["u" + g].at(t).backward(step_net(net, x, dx))
             copy_cpu(n, self.dc_prev, self.dc)
+
+    def random_init(self, rng):
+        random_init_sublayers(self.sublayers(), rng)
 
     def update(self, a):
         for l in self.sublayers():

@@ -18,7 +18,7 @@ from .base import Layer, zeros
 from .common import overwrites
 from .connected import ConnectedLayer
 from .convolutional import get_activation
-from .steps import StepBuffers, step_net
+from .steps import StepBuffers, random_init_sublayers, step_net
 
 
 class RNNLayer(Layer):
@@ -116,6 +116,9 @@ class RNNLayer(Layer):
             d = None if net.delta is None else \
                 net.delta[t * self.batch * self.inputs:(t + 1) * self.batch * self.inputs]
             inp.at(t).backward(step_net(net, x, d))
+
+    def random_init(self, rng):
+        random_init_sublayers(self.sublayers(), rng)
 
     def update(self, a):
         """update_rnn_layer"""

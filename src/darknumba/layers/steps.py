@@ -46,6 +46,17 @@ class StepBuffers:
         return self.delta[t * self.n:(t + 1) * self.n]
 
 
+def random_init_sublayers(layers, rng):
+    """Darknet's initialisation of a recurrent layer's sub-layers: connected ones
+    sqrt(2/inputs)·U(-1,1), convolutional ones sqrt(2/(size²·c/groups))·N(0,1)."""
+    for s in layers:
+        if s.type == "convolutional":
+            scale = np.sqrt(2.0 / (s.size * s.size * s.c / s.groups))
+            s.weights[:] = scale * rng.standard_normal(s.weights.size)
+        else:
+            s.weights[:] = np.sqrt(2.0 / s.inputs) * rng.uniform(-1, 1, s.weights.size)
+
+
 def step_net(net, input=None, delta=None):
     """The `network s = net` copy Darknet passes to a sub-layer: its own input and delta."""
     return SimpleNamespace(input=input, delta=delta, train=net.train, truth=None,
