@@ -1,6 +1,7 @@
 """End to end: a tiny cfg trained a few dozen iterations on generated shapes. The loss falls,
 checkpoints appear on schedule, resume continues at the saved iteration, Ctrl-C saves, a kill
 during a checkpoint write leaves the previous checkpoint loadable, NaN stops with the layer."""
+import json
 import math
 import os
 import signal
@@ -333,6 +334,12 @@ def test_cli_train_map_recall_valid_partial(shapes, tmp_path):
     assert r.exit_code == 0, r.output
     assert sorted(os.listdir(tmp_path / "res")) == [f"comp4_det_test_{n}.txt"
                                                      for n in ("circle", "square", "triangle")]
+    coco = tmp_path / "coco.data"
+    coco.write_text(data.read_text() + "eval = coco\n")
+    r = run(app, ["detector", "valid", str(coco), str(cfg), w, "--out", str(tmp_path / "res2")])
+    assert r.exit_code == 0, r.output
+    for d in json.loads((tmp_path / "res2" / "coco_results.json").read_text())[:20]:
+        assert set(d) == {"image_id", "category_id", "bbox", "score"} and d["category_id"] < 3
     r = run(app, ["partial", str(cfg), w, str(tmp_path / "cut.weights"), "4"])
     assert r.exit_code == 0, r.output
     assert load_partial_weights(dn.load_network(cfg), tmp_path / "cut.weights") == 4
