@@ -4,7 +4,7 @@
 Training: one random offset and (with flip=1) one coin-flip mirror for the whole batch, drawn
 per forward. Test: the centred window, no flip. Darknet's backward does nothing (the crop layer
 is meant to sit first); `angle`, `saturation`, `exposure`, `shift` are read and unused on the
-CPU. The random draws use the network's numpy generator (`net.rng`) or a layer one.
+CPU. The random draws come from the layer's own numpy generator (seeded at build).
 """
 import numpy as np
 
