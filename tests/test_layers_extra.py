@@ -705,7 +705,7 @@ def test_region_tree_classification_only_truth_and_top_prediction(tmp_path):
 
 
 def test_random_init_covers_every_layer_with_weights(tmp_path):
-    from darknumba.classifier import random_init
+    from darknumba.parser import init_weights as random_init
     cfg = tmp_path / "all.cfg"
     cfg.write_text("[net]\nbatch=2\ntime_steps=2\nwidth=6\nheight=6\nchannels=2\n\n"
                    "[local]\nfilters=2\nsize=3\nstride=1\npad=1\n\n"

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import darknumba as dn
-from darknumba.classifier import random_init
+from darknumba.parser import init_weights as random_init
 from conftest import ROOT
 
 DARKNET_SHAPES = {

@@ -27,7 +27,7 @@ from .cfg import read_cfg
 from .data import get_paths, read_data_cfg, read_list
 from .errors import DataError, DarknumbaError
 from .image import letterbox_image, load_image_color, resize_image
-from .parser import load_network
+from .parser import parse_network_cfg
 from .train import _StopFlag, find_nonfinite_layer, load_partial_weights
 from .weights import save_weights
 
@@ -183,21 +183,6 @@ def valid_input(im, w, h):
 
 
 # -- training -----------------------------------------------------------------------------------
-def random_init(net, seed: int = 0, start: int = 0):
-    """Darknet's random initialisation (the make_*_layer functions) of layers [start, n):
-    convolutional sqrt(2/(size²·c/groups))·N(0,1), connected sqrt(2/inputs)·U(-1,1), and any
-    layer with its own `random_init(rng)` (local, deconvolutional, rnn, gru, lstm, crnn)."""
-    rng = np.random.default_rng([seed, 1])
-    for l in net.layers[start:]:
-        if l.type == "convolutional":
-            scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
-            l.weights[:] = scale * rng.standard_normal(l.weights.size)
-        elif l.type == "connected":
-            l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
-        elif hasattr(l, "random_init"):
-            l.random_init(rng)
-
-
 @dataclass
 class ClassifierTrainOptions:
     weights: str | None = None
@@ -249,8 +234,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     if not dc.train:
         raise DataError(f"{datacfg}: no `train` list")
     paths, idx = labelled_paths(dc.train, dc.labels, log)
-    net = load_network(cfgfile, None)
-    random_init(net, opts.seed)
+    net = parse_network_cfg(cfgfile, seed=opts.seed)      # Darknet's random initialisation
     if opts.weights:
         k = load_partial_weights(net, opts.weights)
         log(f"loaded {k} of {net.n} layers from {opts.weights} (seen {net.seen})")

@@ -108,7 +108,8 @@ def _generic_options(s: Section, l):
 def init_weights(net: Network, seed: int = 0, start: int = 0):
     """Darknet's random initialisation of layers [start, n), seeded: convolutional weights
     sqrt(2/(size*size*c/groups)) * N(0,1) (make_convolutional_layer), connected weights
-    sqrt(2/inputs) * U(-1,1) (make_connected_layer); biases 0, BN scales 1."""
+    sqrt(2/inputs) * U(-1,1) (make_connected_layer), and any layer with its own
+    `random_init(rng)` (local, deconvolutional, rnn, gru, lstm, crnn); biases 0, BN scales 1."""
     rng = np.random.default_rng([seed, 1])
     for l in net.layers[start:]:
         if l.type == "convolutional":
@@ -116,6 +117,8 @@ def init_weights(net: Network, seed: int = 0, start: int = 0):
             l.weights[:] = scale * rng.standard_normal(l.weights.size)
         elif l.type == "connected":
             l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
+        elif hasattr(l, "random_init"):
+            l.random_init(rng)
 
 
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
