@@ -63,7 +63,7 @@ const char *dnc_layer_type(network *net, int i)
         case ISEG: return "iseg";
         case REORG: return "reorg";
         case UPSAMPLE: return "upsample";
-        case LOGXENT: return "logxent";
+        case LOGXENT: return "logistic";   /* the [logistic] section */
         case L2NORM: return "l2norm";
         default: return "unknown";
     }
