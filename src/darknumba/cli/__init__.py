@@ -10,7 +10,7 @@ import typer
 
 from ..errors import DarknumbaError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Darknet's networks on the CPU: detect, train, compare.")
 
 

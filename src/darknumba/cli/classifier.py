@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
-classifier_app = typer.Typer(help="Darknet's classifier commands: train, predict, valid; "
+classifier_app = typer.Typer(rich_markup_mode=None, help="Darknet's classifier commands: train, predict, valid; "
                                   "example writes a small synthetic set.", no_args_is_help=True)
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="classifier .data file")]

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-data_app = typer.Typer(help="Check a dataset, or generate the synthetic shapes dataset.",
+data_app = typer.Typer(rich_markup_mode=None, help="Check a dataset, or generate the synthetic shapes dataset.",
                        no_args_is_help=True)
 
 

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-weights_app = typer.Typer(help="Download and inspect .weights files.", no_args_is_help=True)
+weights_app = typer.Typer(rich_markup_mode=None, help="Download and inspect .weights files.", no_args_is_help=True)
 
 
 @weights_app.command("fetch")
