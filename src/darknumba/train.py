@@ -271,8 +271,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     aug = AugmentConfig.from_network(net, letterbox=opts.letterbox)
     scales = MultiScale(net.w, net.h, bool(getattr(last, "random", 0)), opts.seed,
                         net.max_batches)
-    chart = LossChart(os.path.join(backup_dir, "chart.png") if opts.chart else os.devnull,
-                      net.max_batches)
+    chart = LossChart(os.path.join(backup_dir, "chart.png"), net.max_batches)
     if opts.chart and chart.plt is None:
         log("chart.png: matplotlib is not installed (pip install darknumba[chart]); no chart",
             file=sys.stderr)
