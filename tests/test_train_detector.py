@@ -160,16 +160,17 @@ def test_seed_makes_runs_reproducible(shapes, tmp_path):
 
 
 def test_partial_weights_load_into_a_new_head(shapes, tmp_path):
-    from darknumba.train import init_weights, partial
+    from darknumba.parser import init_weights
+    from darknumba.train import partial
     cfg = shapes[1]
     net = dn.load_network(cfg)
-    init_weights(net, 0, seed=1)
+    init_weights(net, seed=1)
     net.seen = 1234
     dn.save_weights(net, tmp_path / "full.weights")
     partial(cfg, tmp_path / "full.weights", tmp_path / "cut.weights", 3, log=lambda m: None)
     fresh = dn.load_network(cfg)
     assert load_partial_weights(fresh, tmp_path / "cut.weights") == 4   # + the maxpool after
-    init_weights(fresh, 3, seed=2)
+    init_weights(fresh, seed=2, start=3)
     assert fresh.seen == 0
     np.testing.assert_array_equal(fresh.layers[2].weights, net.layers[2].weights)
     assert not np.array_equal(fresh.layers[6].weights, net.layers[6].weights)
@@ -277,13 +278,14 @@ def test_finetune_from_official_yolov3_tiny_via_partial(shapes, tmp_path):
     from darknumba.augment import AugmentConfig
     from darknumba.data import DetectionDataset, get_paths, read_data_cfg
     from darknumba.loader import DetectionLoader, MultiScale
-    from darknumba.train import init_weights, partial
+    from darknumba.parser import init_weights
+    from darknumba.train import partial
     weights = tiny_weights()
     cut = tmp_path / "yolov3-tiny.conv.15"
     partial(ROOT / "cfg" / "yolov3-tiny.cfg", weights, cut, 15, log=lambda m: None)
     net = dn.load_network(ROOT / "cfg" / "shapes-yolov3-tiny.cfg", batch=2)
     assert load_partial_weights(net, cut) == 15 and net.seen == 0
-    init_weights(net, 15, seed=0)
+    init_weights(net, seed=0, start=15)
     full = dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", weights, batch=1)
     np.testing.assert_array_equal(net.layers[13].weights, full.layers[13].weights)
     dc = read_data_cfg(shapes[0])

@@ -187,6 +187,7 @@ def valid_input(im, w, h):
 class ClassifierTrainOptions:
     weights: str | None = None
     clear: bool = False
+    compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
     seed: int = 0
     workers: int = 2
     backup: str | None = None
@@ -234,7 +235,8 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     if not dc.train:
         raise DataError(f"{datacfg}: no `train` list")
     paths, idx = labelled_paths(dc.train, dc.labels, log)
-    net = parse_network_cfg(cfgfile, seed=opts.seed)      # Darknet's random initialisation
+    # Darknet's random initialisation; layers a weights file covers are overwritten
+    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat)
     if opts.weights:
         k = load_partial_weights(net, opts.weights)
         log(f"loaded {k} of {net.n} layers from {opts.weights} (seen {net.seen})")

@@ -19,7 +19,7 @@ from .augment import AugmentConfig
 from .data import DataIssues, DetectionDataset, get_paths, read_data_cfg
 from .errors import DarknumbaError, WeightsError
 from .loader import DetectionLoader, MultiScale
-from .parser import load_network
+from .parser import load_network, parse_network_cfg
 from .weights import atomic_write, read_header, save_weights
 
 
@@ -47,6 +47,7 @@ class Schedule:
 class TrainOptions:
     weights: str | None = None     # starting weights (a full or partial .weights file)
     clear: bool = False            # reset seen to 0 (fine-tuning)
+    compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
     seed: int = 0
     workers: int = 2               # loader threads
     bad_data: str = "skip"         # skip | stop
@@ -88,19 +89,6 @@ def load_partial_weights(net, path) -> int:
                                f"{size} bytes, layers 0..{k} need {pos}")
     raise WeightsError(f"{path}: {size - pos} bytes left over after the last layer "
                        "(weights do not fit this cfg)")
-
-
-def init_weights(net, start: int, seed: int):
-    """Darknet's random initialisation for the layers [start, n) that no file filled:
-    convolutional weights ~ sqrt(2/(size*size*c/groups)) * N(0,1) (make_convolutional_layer),
-    connected weights ~ sqrt(2/inputs) * U(-1,1) (make_connected_layer). Seeded."""
-    rng = np.random.default_rng([seed, 1])
-    for l in net.layers[start:]:
-        if l.type == "convolutional":
-            scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
-            l.weights[:] = scale * rng.standard_normal(l.weights.size)
-        elif l.type == "connected":
-            l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
 
 
 def partial(cfg, weights, out, n: int, log=print):
@@ -240,12 +228,11 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
     os.makedirs(backup_dir, exist_ok=True)
 
-    net = load_network(cfgfile, None)
-    loaded = 0
+    # Darknet's random initialisation; layers a weights file covers are overwritten
+    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat)
     if opts.weights:
         loaded = load_partial_weights(net, opts.weights)
         log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
-    init_weights(net, loaded, opts.seed)
     if opts.clear:
         net.seen = 0
     if opts.max_batches is not None:

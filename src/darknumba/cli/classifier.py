@@ -25,14 +25,20 @@ def train(data: DataArg, cfg: CfgArg,
           backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
           seed: Annotated[int, typer.Option(help="random seed (initial weights, batches, augmentation)")] = 0,
           workers: Annotated[int, typer.Option(help="image loading threads")] = 2,
-          log_every: Annotated[int, typer.Option(help="print a line every N iterations")] = 1):
+          log_every: Annotated[int, typer.Option(help="print a line every N iterations")] = 1,
+          compat: Annotated[Optional[str], typer.Option(
+              help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
+                   "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+):
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
     rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 1000
     iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save)."""
     from ..classifier import ClassifierTrainOptions, train_classifier
+    from .detector_train import _compat
     opts = ClassifierTrainOptions(weights=str(weights) if weights else None, clear=clear,
                                   seed=seed, workers=workers, max_batches=max_batches,
-                                  backup=str(backup) if backup else None, log_every=log_every)
+                                  backup=str(backup) if backup else None, log_every=log_every,
+                                  compat=_compat(compat))
     train_classifier(str(data), str(cfg), opts,
                      log=lambda m, file=None: typer.echo(m, err=file is sys.stderr))
 

@@ -42,7 +42,11 @@ def train(data: DataArg, cfg: CfgArg,
           map_every: Annotated[int, typer.Option(help="measure mAP@0.5 on the valid list every N iterations (0: never)")] = 0,
           map_flag: Annotated[bool, typer.Option("--map", "-map", help="AlexeyAB's -map: mAP every 4 epochs (at least 100 iterations)")] = False,
           dont_show: Annotated[bool, typer.Option("-dont_show", hidden=True, help="accepted for Darknet commands; no window is ever shown")] = False,
-          progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True):
+          progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
+          compat: Annotated[str | None, typer.Option(
+              help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
+                   "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
     saves <cfg>.backup; starting from a checkpoint resumes at its `seen`."""
     from ..train import Schedule, TrainOptions, train_detector
@@ -53,8 +57,16 @@ def train(data: DataArg, cfg: CfgArg,
                         backup=str(backup) if backup else None, max_batches=max_batches,
                         schedule=Schedule(checkpoint_every, checkpoint_until,
                                           checkpoint_every_after, backup_every),
-                        progress=progress, letterbox=letterbox, map_every=map_every)
+                        progress=progress, letterbox=letterbox, map_every=map_every,
+                        compat=_compat(compat))
     train_detector(str(data), str(cfg), opts, log=_log)
+
+
+def _compat(value):
+    from ..parser import COMPAT_MODES
+    if value not in COMPAT_MODES:
+        raise typer.BadParameter(f"--compat takes darknet-cpu, not {value!r}")
+    return value
 
 
 def _log(msg, file=None):
