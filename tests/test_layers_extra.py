@@ -718,3 +718,20 @@ def test_random_init_covers_every_layer_with_weights(tmp_path):
         for name, a in l.weight_records():
             if name.endswith("weights"):
                 assert np.count_nonzero(a) == a.size, (l.type, name)
+
+
+def test_softmax_tree_is_one_softmax_per_sibling_group(tmp_path):
+    tree = tmp_path / "t.tree"
+    tree.write_text("a -1\nb -1\nc 0\nd 0\ne 0\nf 1\n")
+    cfg = tmp_path / "s.cfg"
+    cfg.write_text(f"[net]\nbatch=3\ninputs=6\n[softmax]\ntree={tree}\ntemperature=2\n")
+    net = dn.parse_network_cfg(cfg)
+    x = np.random.default_rng(0).normal(0, 3, (3, 6)).astype(np.float32)
+    y = net.forward(x).reshape(3, 6)
+    for lo, hi in [(0, 2), (2, 5), (5, 6)]:
+        z = x[:, lo:hi].astype(np.float64) / 2
+        e = np.exp(z - z.max(1, keepdims=True))
+        np.testing.assert_allclose(y[:, lo:hi], e / e.sum(1, keepdims=True), rtol=1e-5)
+    cfg.write_text(f"[net]\nbatch=1\ninputs=7\n[softmax]\ntree={tree}\n")
+    with pytest.raises(dn.CfgError, match="the tree has 6 classes, the layer has 7 inputs"):
+        dn.parse_network_cfg(cfg)

@@ -65,3 +65,33 @@ def smooth_l1_cpu(n, pred, truth, delta, error):
             error[i] = 2 * a - 1
             # Darknet quirk: outside |diff| < 1 the sign is the opposite of the descent direction
             delta[i] = 1.0 if diff < 0 else -1.0
+
+
+@njit(parallel=True, cache=True)
+def softmax_tree_groups_cpu(inp, batch, inputs, group_offset, group_size, temp, output):
+    """[softmax] with a class tree: a separate softmax over each group of sibling classes
+    (Darknet's forward_softmax_layer tree branch), for every image."""
+    ngroups = group_offset.size
+    for bg in prange(batch * ngroups):
+        b = bg // ngroups
+        g = bg % ngroups
+        s = group_size[g]
+        base = b * inputs + group_offset[g]
+        softmax_cpu_one(inp[base:base + s], s, temp, output[base:base + s])
+
+
+@njit(cache=True, inline="always")
+def softmax_cpu_one(x, n, temp, out):
+    """Darknet's softmax() on n contiguous values."""
+    t = np.float32(temp)
+    largest = -FLT_MAX
+    for i in range(n):
+        if x[i] > largest:
+            largest = x[i]
+    s = np.float32(0.0)
+    for i in range(n):
+        e = np.float32(math.exp(np.float64(x[i] / t - largest / t)))
+        s += e
+        out[i] = e
+    for i in range(n):
+        out[i] /= s

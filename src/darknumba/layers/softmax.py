@@ -3,7 +3,7 @@ t - p during forward; backward passes that delta through unchanged (no Jacobian)
 import numpy as np
 
 from ..kernels.blas import axpy_cpu
-from ..kernels.softmax import softmax_cpu, softmax_x_ent_cpu
+from ..kernels.softmax import softmax_cpu, softmax_tree_groups_cpu, softmax_x_ent_cpu
 from .base import Layer, zeros
 
 
@@ -15,6 +15,7 @@ class SoftmaxLayer(Layer):
         self.groups = groups
         self.temperature = temperature
         self.noloss = 0
+        self.softmax_tree = None          # a class tree (tree=): one softmax per sibling group
         self.spatial = 0
         self.loss = zeros(batch * inputs)
         self.cost = 0.0
@@ -25,9 +26,14 @@ class SoftmaxLayer(Layer):
         groups = s.find_int("groups", 1)
         if groups < 1 or params.inputs % groups:
             raise s.error("groups", f"{params.inputs} inputs cannot be split into {groups} groups")
-        if s.has("tree"):
-            raise s.error("tree", "hierarchical softmax (tree=) is not supported")
         l = cls(params.batch, params.inputs, groups, s.find_float("temperature", 1.0))
+        if s.has("tree"):
+            from ..tree import read_tree
+            l.softmax_tree = read_tree(s.find_str("tree"))
+            covered = int(l.softmax_tree.group_size.sum())
+            if covered != params.inputs:
+                raise s.error("tree", f"the tree has {covered} classes, the layer has "
+                                      f"{params.inputs} inputs")
         l.w, l.h, l.c = params.w, params.h, params.c
         l.spatial = s.find_float("spatial", 0)
         l.noloss = s.find_int("noloss", 0)
@@ -35,9 +41,14 @@ class SoftmaxLayer(Layer):
 
     def forward(self, net):
         """forward_softmax_layer"""
-        n = self.inputs // self.groups
-        softmax_cpu(net.input, n, self.batch, self.inputs, self.groups, n, 1,
-                    self.temperature, self.output)
+        if self.softmax_tree is not None:
+            t = self.softmax_tree
+            softmax_tree_groups_cpu(net.input, self.batch, self.inputs, t.group_offset,
+                                    t.group_size, self.temperature, self.output)
+        else:
+            n = self.inputs // self.groups
+            softmax_cpu(net.input, n, self.batch, self.inputs, self.groups, n, 1,
+                        self.temperature, self.output)
         if net.truth is not None and not self.noloss:
             softmax_x_ent_cpu(self.batch * self.inputs, self.output, net.truth, self.delta, self.loss)
             self.cost = float(np.sum(self.loss, dtype=np.float64))
