@@ -345,3 +345,42 @@ def test_cli_train_map_recall_valid_partial(shapes, tmp_path):
     r = run(app, ["partial", str(cfg), w, str(tmp_path / "cut.weights"), "4"])
     assert r.exit_code == 0, r.output
     assert load_partial_weights(dn.load_network(cfg), tmp_path / "cut.weights") == 4
+
+
+REGION_HEAD = """
+[convolutional]
+size=1
+stride=1
+pad=1
+filters=40
+activation=linear
+
+[region]
+anchors=1.5,1.5, 2.5,2.5, 4,4, 6,6, 8,8
+bias_match=1
+classes=3
+coords=4
+num=5
+softmax=1
+jitter=.2
+rescore=1
+object_scale=5
+noobject_scale=1
+class_scale=1
+coord_scale=1
+thresh=.6
+random=0
+"""
+
+
+def test_yolov2_region_head_trains(shapes, tmp_path):
+    data, cfg, root = shapes
+    body = TINY[:TINY.index("[convolutional]\nsize=1")]
+    v2 = root / "tiny-v2.cfg"
+    v2.write_text(body + REGION_HEAD)
+    lines = []
+    r = train_detector(data, v2, _opts(tmp_path, max_batches=30), log=lambda m, file=None: lines.append(m))
+    assert r["final_iteration"] == 30
+    losses = [float(m.split(":")[1].split(",")[0]) for m in lines if m.split(":")[0].isdigit()]
+    assert np.mean(losses[-5:]) < 0.7 * np.mean(losses[:3]), losses
+    assert (tmp_path / "tiny-v2_final.weights").exists()

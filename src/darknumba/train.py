@@ -115,8 +115,8 @@ def find_nonfinite_layer(net):
 
 
 def yolo_stats_lines(net) -> list[str]:
-    """Each yolo layer's `Region NN Avg IOU ...` line from its last training forward."""
-    return [l.stats_line() for l in net.layers if l.type == "yolo" and l.stats_line()]
+    """Each yolo (or region) layer's `Region NN Avg IOU ...` line from its last training forward."""
+    return [l.stats_line() for l in net.layers if l.type in ("yolo", "region") and l.stats_line()]
 
 
 class LossChart:
@@ -238,8 +238,10 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     if opts.max_batches is not None:
         net.max_batches = opts.max_batches
     last = net.layers[-1]
-    if last.type != "yolo":
-        raise DarknumbaError(f"{cfgfile}: the last layer is [{last.type}], a detector needs [yolo]")
+    if last.type not in ("yolo", "region"):
+        # YOLOv1's [detection] wants Darknet's per-cell truth grid (load_data_region): not yet
+        raise DarknumbaError(f"{cfgfile}: the last layer is [{last.type}]; detector training "
+                             f"needs a [yolo] (YOLOv3) or [region] (YOLOv2) head")
     imgs = net.batch * net.subdivisions
     start = net.current_batch()
     if start >= net.max_batches:
@@ -250,7 +252,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
 
     ds = DetectionDataset(get_paths(train_list), dc.classes, issues)
     if last.classes != dc.classes:
-        raise DarknumbaError(f"{cfgfile} has classes={last.classes} in its yolo layers, "
+        raise DarknumbaError(f"{cfgfile} has classes={last.classes} in its {last.type} layers, "
                              f"{datacfg} has classes={dc.classes}")
     log(f"{base}: {len(ds)} training images, batch {imgs} (subdivisions {net.subdivisions}), "
         f"learning rate {net.learning_rate}, momentum {net.momentum}, decay {net.decay}; "
