@@ -9,14 +9,14 @@ from numba import njit, prange
 def activate_yolo_output(output, batch, n, classes, wh):
     """Logistic on entries 0, 1 (x, y) and 4.. (objectness, classes) of every anchor."""
     entries = 4 + classes + 1
-    for bn in prange(batch * n):
-        base = bn * entries * wh
-        for e in range(entries):
-            if e == 2 or e == 3:
-                continue
-            off = base + e * wh
-            for i in range(wh):
-                output[off + i] = np.float32(1.0 / (1.0 + math.exp(-np.float64(output[off + i]))))
+    # one (image, anchor, entry) row per iteration: enough rows to keep both cores busy
+    for bne in prange(batch * n * entries):
+        e = bne % entries
+        if e == 2 or e == 3:
+            continue
+        row = output[bne * wh:(bne + 1) * wh]
+        for i in range(wh):
+            row[i] = np.float32(1.0 / (1.0 + math.exp(-np.float64(row[i]))))
 
 
 # -- training targets (forward_yolo_layer with a truth) -------------------------------------
