@@ -44,7 +44,7 @@ def _yolo_truth(net, batch):
 
 
 def work_darknumba(args):
-    import darknumba as dn            # first: it sets the thread policies numpy's BLAS reads
+    import darknumba  # noqa: F401  first: it sets the thread policies numpy's BLAS reads
     batch = args.batch
     net = _load(args, batch)
     x = _input(net.c, net.h, net.w, batch)
@@ -86,7 +86,6 @@ def work_opencv(args):
     net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
     net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
     names = net.getUnconnectedOutLayersNames()
-    import darknumba as dn
     d = _load(args, 1, weights=False)
     x = _input(d.c, d.h, d.w, args.batch)
 
@@ -160,7 +159,6 @@ def torch_model(net):
 def work_torch(args):
     import numpy as np
     import torch
-    import darknumba as dn
     torch.set_num_threads(os.cpu_count())
     net = _load(args, args.batch)
     x = _input(net.c, net.h, net.w, args.batch)

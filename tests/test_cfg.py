@@ -1,5 +1,4 @@
 """The cfg parser: Darknet's format and defaults, and errors that name file, line, section, key."""
-import re
 import warnings
 
 import pytest

@@ -1,5 +1,4 @@
 """Kernels against slow, independent numpy references on odd shapes."""
-import math
 
 import numpy as np
 import pytest

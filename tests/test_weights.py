@@ -1,5 +1,4 @@
 """Darknet's .weights layout: byte-identical round trips, clear errors for files that don't fit."""
-import warnings
 
 import numpy as np
 import pytest

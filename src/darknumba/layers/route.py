@@ -1,5 +1,4 @@
 """[route] (Darknet's `route_layer.c`): concatenates the outputs of earlier layers, per image."""
-from ..errors import CfgError
 from ..kernels.blas import axpy_cpu, copy_cpu
 from .base import Layer
 
