@@ -1,7 +1,6 @@
 """Build a Network from a .cfg (Darknet's `parse_network_cfg`), and load_network."""
 from __future__ import annotations
 
-import math
 import os
 import warnings
 
@@ -10,7 +9,7 @@ import numpy as np
 from .cfg import Section, read_cfg
 from .errors import CfgError
 from .layers import LAYER_TYPES
-from .layers.base import SizeParams
+from .layers.base import SizeParams, darknet_random_init
 from .network import POLICIES, Network
 
 COMPAT_MODES = (None, "darknet-cpu")
@@ -106,19 +105,10 @@ def _generic_options(s: Section, l):
 
 
 def init_weights(net: Network, seed: int = 0, start: int = 0):
-    """Darknet's random initialisation of layers [start, n), seeded: convolutional weights
-    sqrt(2/(size*size*c/groups)) * N(0,1) (make_convolutional_layer), connected weights
-    sqrt(2/inputs) * U(-1,1) (make_connected_layer), and any layer with its own
-    `random_init(rng)` (local, deconvolutional, rnn, gru, lstm, crnn); biases 0, BN scales 1."""
+    """Darknet's random initialisation (`darknet_random_init`) of layers [start, n), seeded."""
     rng = np.random.default_rng([seed, 1])
     for l in net.layers[start:]:
-        if l.type == "convolutional":
-            scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
-            l.weights[:] = scale * rng.standard_normal(l.weights.size)
-        elif l.type == "connected":
-            l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
-        elif hasattr(l, "random_init"):
-            l.random_init(rng)
+        darknet_random_init(l, rng)
 
 
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,

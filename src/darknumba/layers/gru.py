@@ -12,13 +12,14 @@ from ..kernels.recurrent import (gru_backward_out_cpu, gru_backward_reset_cpu, g
                                  gru_output_cpu)
 from .base import Layer, zeros
 from .connected import ConnectedLayer
-from .steps import StepBuffers, random_init_sublayers, step_net
+from .steps import StepBuffers, SubLayers, step_net
 
 NAMES = ("wz", "wr", "wh", "uz", "ur", "uh")
 
 
-class GRULayer(Layer):
+class GRULayer(SubLayers, Layer):
     type = "gru"
+    SUB_NAMES = NAMES
 
     def __init__(self, batch, inputs, outputs, steps, batch_normalize=False, compat=None):
         if batch % steps:
@@ -43,9 +44,6 @@ class GRULayer(Layer):
         self.dz, self.dr, self.dhh, self.dfs = zeros(n), zeros(n), zeros(n), zeros(n)
         self.dh0 = zeros(n)                   # gradient w.r.t. the carried-in state (dropped)
         self.output, self.delta = zeros(steps * n), zeros(steps * n)
-
-    def sublayers(self):
-        return [getattr(self, name) for name in NAMES]
 
     @classmethod
     def from_cfg(cls, s, params):
@@ -110,20 +108,6 @@ class GRULayer(Layer):
             for name, d in (("uz", self.dz), ("ur", self.dr)):
                 copy_cpu(n, d, S[name].dlt(t))
                 S[name].at(t).backward(step_net(net, x, dx))
-
-    def random_init(self, rng):
-        random_init_sublayers(self.sublayers(), rng)
-
-    def update(self, a):
-        for l in self.sublayers():
-            l.update(a)
-
-    def weight_records(self):
-        return [(f"{name}.{k}", v) for name in NAMES for k, v in getattr(self, name).weight_records()]
-
-    @property
-    def bflops(self):
-        return sum(l.bflops for l in self.sublayers())
 
     def describe(self):
         return f"GRU Layer: {self.inputs} inputs, {self.outputs} outputs"

@@ -12,14 +12,15 @@ from ..kernels.blas import copy_cpu, fill_cpu
 from ..kernels.recurrent import lstm_backward_cpu, lstm_forward_cpu
 from .base import Layer, zeros
 from .connected import ConnectedLayer
-from .steps import StepBuffers, random_init_sublayers, step_net
+from .steps import StepBuffers, SubLayers, step_net
 
 NAMES = ("wi", "wf", "wo", "wg", "ui", "uf", "uo", "ug")       # .weights order
 GATES = ("f", "i", "g", "o")
 
 
-class LSTMLayer(Layer):
+class LSTMLayer(SubLayers, Layer):
     type = "lstm"
+    SUB_NAMES = NAMES
 
     def __init__(self, batch, inputs, outputs, steps, batch_normalize=False, compat=None):
         if batch % steps:
@@ -43,9 +44,6 @@ class LSTMLayer(Layer):
         self.dgate = {g: zeros(n) for g in GATES}
         self.dc, self.dc_prev = zeros(n), zeros(n)
         self.output, self.delta = zeros(steps * n), zeros(steps * n)
-
-    def sublayers(self):
-        return [getattr(self, name) for name in NAMES]
 
     @classmethod
     def from_cfg(cls, s, params):
@@ -105,20 +103,6 @@ class LSTMLayer(Layer):
                 copy_cpu(n, D[g], S["u" + g].dlt(t))
                 S["u" + g].at(t).backward(step_net(net, x, dx))
             copy_cpu(n, self.dc_prev, self.dc)
-
-    def random_init(self, rng):
-        random_init_sublayers(self.sublayers(), rng)
-
-    def update(self, a):
-        for l in self.sublayers():
-            l.update(a)
-
-    def weight_records(self):
-        return [(f"{name}.{k}", v) for name in NAMES for k, v in getattr(self, name).weight_records()]
-
-    @property
-    def bflops(self):
-        return sum(l.bflops for l in self.sublayers())
 
     def describe(self):
         return f"LSTM Layer: {self.inputs} inputs, {self.outputs} outputs"

@@ -18,11 +18,12 @@ from .base import Layer, zeros
 from .common import overwrites
 from .connected import ConnectedLayer
 from .convolutional import get_activation
-from .steps import StepBuffers, random_init_sublayers, step_net
+from .steps import StepBuffers, SubLayers, step_net
 
 
-class RNNLayer(Layer):
+class RNNLayer(SubLayers, Layer):
     type = "rnn"
+    SUB_NAMES = ("input", "self", "output")
 
     def __init__(self, batch, inputs, outputs, steps, activation, batch_normalize=False,
                  compat=None):
@@ -116,22 +117,6 @@ class RNNLayer(Layer):
             d = None if net.delta is None else \
                 net.delta[t * self.batch * self.inputs:(t + 1) * self.batch * self.inputs]
             inp.at(t).backward(step_net(net, x, d))
-
-    def random_init(self, rng):
-        random_init_sublayers(self.sublayers(), rng)
-
-    def update(self, a):
-        """update_rnn_layer"""
-        for l in self.sublayers():
-            l.update(a)
-
-    def weight_records(self):
-        return [(f"{name}.{k}", v) for name, l in zip(("input", "self", "output"), self.sublayers())
-                for k, v in l.weight_records()]
-
-    @property
-    def bflops(self):
-        return sum(l.bflops for l in self.sublayers())
 
     def describe(self):
         return f"RNN Layer: {self.inputs} inputs, {self.outputs} outputs"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .base import zeros
+from .base import darknet_random_init, zeros
 
 
 class StepBuffers:
@@ -46,15 +46,29 @@ class StepBuffers:
         return self.delta[t * self.n:(t + 1) * self.n]
 
 
-def random_init_sublayers(layers, rng):
-    """Darknet's initialisation of a recurrent layer's sub-layers: connected ones
-    sqrt(2/inputs)·U(-1,1), convolutional ones sqrt(2/(size²·c/groups))·N(0,1)."""
-    for s in layers:
-        if s.type == "convolutional":
-            scale = np.sqrt(2.0 / (s.size * s.size * s.c / s.groups))
-            s.weights[:] = scale * rng.standard_normal(s.weights.size)
-        else:
-            s.weights[:] = np.sqrt(2.0 / s.inputs) * rng.uniform(-1, 1, s.weights.size)
+class SubLayers:
+    """What a layer built of sub-layers does with them: `sublayers()` in .weights order, named
+    by SUB_NAMES (the records are "name.biases", ...)."""
+    SUB_NAMES: tuple = ()
+
+    def sublayers(self):
+        return [getattr(self, name) for name in self.SUB_NAMES]
+
+    def random_init(self, rng):
+        for s in self.sublayers():
+            darknet_random_init(s, rng)
+
+    def update(self, a):
+        for l in self.sublayers():
+            l.update(a)
+
+    def weight_records(self):
+        return [(f"{name}.{k}", v) for name, l in zip(self.SUB_NAMES, self.sublayers())
+                for k, v in l.weight_records()]
+
+    @property
+    def bflops(self):
+        return sum(l.bflops for l in self.sublayers())
 
 
 def step_net(net, input=None, delta=None):
