@@ -27,8 +27,7 @@ from .cfg import read_cfg
 from .data import get_paths, read_data_cfg, read_list
 from .errors import DataError, DarknumbaError
 from .image import letterbox_image, load_image_color, resize_image
-from .parser import parse_network_cfg
-from .train import _StopFlag, find_nonfinite_layer, load_partial_weights
+from .train import _StopFlag, find_nonfinite_layer, training_network
 from .weights import save_weights
 
 
@@ -235,15 +234,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     if not dc.train:
         raise DataError(f"{datacfg}: no `train` list")
     paths, idx = labelled_paths(dc.train, dc.labels, log)
-    # Darknet's random initialisation; layers a weights file covers are overwritten
-    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat)
-    if opts.weights:
-        k = load_partial_weights(net, opts.weights)
-        log(f"loaded {k} of {net.n} layers from {opts.weights} (seen {net.seen})")
-    if opts.clear:
-        net.seen = 0
-    if opts.max_batches is not None:
-        net.max_batches = opts.max_batches
+    net = training_network(cfgfile, opts, log)
     if net.outputs != dc.classes:
         raise DarknumbaError(f"{cfgfile} outputs {net.outputs} values, {datacfg} has "
                              f"classes={dc.classes}")

@@ -91,6 +91,20 @@ def load_partial_weights(net, path) -> int:
                        "(weights do not fit this cfg)")
 
 
+def training_network(cfgfile, opts, log):
+    """The network a training run starts from: Darknet's random initialisation (opts.seed),
+    then whatever layers opts.weights covers; --clear and --max-batches applied."""
+    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat)
+    if opts.weights:
+        loaded = load_partial_weights(net, opts.weights)
+        log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
+    if opts.clear:
+        net.seen = 0
+    if opts.max_batches is not None:
+        net.max_batches = opts.max_batches
+    return net
+
+
 def partial(cfg, weights, out, n: int, log=print):
     """partial: load the full network (seen reset to 0), save layers [0, n) only."""
     net = load_network(cfg, weights, batch=1, clear=True)
@@ -228,15 +242,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
     os.makedirs(backup_dir, exist_ok=True)
 
-    # Darknet's random initialisation; layers a weights file covers are overwritten
-    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat)
-    if opts.weights:
-        loaded = load_partial_weights(net, opts.weights)
-        log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
-    if opts.clear:
-        net.seen = 0
-    if opts.max_batches is not None:
-        net.max_batches = opts.max_batches
+    net = training_network(cfgfile, opts, log)
     last = net.layers[-1]
     if last.type not in ("yolo", "region"):
         # YOLOv1's [detection] wants Darknet's per-cell truth grid (load_data_region): not yet

@@ -68,6 +68,16 @@ def backward_batchnorm(l, net):
                        l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta)
 
 
+def conv_weight_records(l):
+    """A convolution's .weights records: biases, [scales, rolling_mean, rolling_variance],
+    weights (load/save_convolutional_weights)."""
+    recs = [("biases", l.biases)]
+    if l.batch_normalize:
+        recs += [("scales", l.scales), ("rolling_mean", l.rolling_mean),
+                 ("rolling_variance", l.rolling_variance)]
+    return recs + [("weights", l.weights)]
+
+
 def update_params(l, a, compat):
     """update_convolutional_layer / update_connected_layer: SGD with momentum on biases, BN
     scales and weights (decay on the weights only), dividing the rate by the full cfg batch.
@@ -327,12 +337,7 @@ class ConvolutionalLayer(Layer):
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):
-        recs = [("biases", self.biases)]
-        if self.batch_normalize:
-            recs += [("scales", self.scales), ("rolling_mean", self.rolling_mean),
-                     ("rolling_variance", self.rolling_variance)]
-        recs.append(("weights", self.weights))
-        return recs
+        return conv_weight_records(self)
 
     @property
     def bflops(self):

@@ -13,7 +13,8 @@ from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from .base import Layer, require_image_input, zeros
-from .convolutional import backward_batchnorm, forward_batchnorm, get_activation, update_params
+from .convolutional import (backward_batchnorm, conv_weight_records, forward_batchnorm,
+                            get_activation, update_params)
 
 
 class DeconvolutionalLayer(Layer):
@@ -120,11 +121,7 @@ class DeconvolutionalLayer(Layer):
         update_params(self, a, self.compat)
 
     def weight_records(self):
-        recs = [("biases", self.biases)]
-        if self.batch_normalize:
-            recs += [("scales", self.scales), ("rolling_mean", self.rolling_mean),
-                     ("rolling_variance", self.rolling_variance)]
-        return recs + [("weights", self.weights)]
+        return conv_weight_records(self)           # the same layout as a convolution's
 
     @property
     def bflops(self):
