@@ -12,7 +12,7 @@ from ..kernels.activations import ACTIVATIONS
 from ..kernels.blas import copy_cpu, sgd_update_cpu
 from .base import Layer, require_image_input, zeros
 from .common import overwrites, pass_delta
-from .convolutional import backward_batchnorm, forward_batchnorm
+from .convolutional import alloc_batchnorm, backward_batchnorm, forward_batchnorm
 
 
 class BatchnormLayer(Layer):
@@ -23,13 +23,8 @@ class BatchnormLayer(Layer):
         self.n = self.out_c = c
         self.batch_normalize = True
         self.activation, self.activation_id = "linear", ACTIVATIONS["linear"]
-        self.scales = np.ones(c, dtype=np.float32)
-        self.scale_updates = zeros(c)
-        self.biases = zeros(c)
-        self.bias_updates = zeros(c)
-        for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
-                     "rolling_variance"):
-            setattr(self, name, zeros(c))
+        self.biases, self.bias_updates = zeros(c), zeros(c)
+        alloc_batchnorm(self, c)
         self.learning_rate_scale = 1.0
         self.resize(w, h)
 

@@ -1,13 +1,12 @@
 """[connected] (Darknet's `connected_layer.c`): output = input @ weights.T (+ batch norm or
 biases), then the activation. weights: outputs x inputs."""
-import numpy as np
-
 from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from .base import Layer, zeros
 from .convolutional import (
+    alloc_params,
     backward_batchnorm,
     forward_batchnorm,
     get_activation,
@@ -27,21 +26,8 @@ class ConnectedLayer(Layer):
         self.activation = activation
         self.activation_id = ACTIVATIONS[activation]
         self.batch_normalize = bool(batch_normalize)
-        self.nweights = inputs * outputs
-        self.nbiases = outputs
-        self.weights = zeros(self.nweights)
-        self.weight_updates = zeros(self.nweights)
-        self.biases = zeros(outputs)
-        self.bias_updates = zeros(outputs)
+        alloc_params(self, inputs * outputs, outputs)
         if self.batch_normalize:
-            self.scales = np.ones(outputs, dtype=np.float32)
-            self.scale_updates = zeros(outputs)
-            self.mean = zeros(outputs)
-            self.variance = zeros(outputs)
-            self.mean_delta = zeros(outputs)
-            self.variance_delta = zeros(outputs)
-            self.rolling_mean = zeros(outputs)
-            self.rolling_variance = zeros(outputs)
             self.x = zeros(batch * outputs)
             self.x_norm = zeros(batch * outputs)
         self.learning_rate_scale = 1.0

@@ -68,6 +68,24 @@ def backward_batchnorm(l, net):
                        l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta)
 
 
+def alloc_params(l, nweights, n):
+    """A layer's parameters as Darknet's make_*_layer allocates them: weights and n biases
+    with their gradients, and with l.batch_normalize the batch-norm arrays."""
+    l.nweights, l.nbiases = nweights, n
+    l.weights, l.weight_updates = zeros(nweights), zeros(nweights)
+    l.biases, l.bias_updates = zeros(n), zeros(n)
+    if l.batch_normalize:
+        alloc_batchnorm(l, n)
+
+
+def alloc_batchnorm(l, n):
+    """Batch-norm scales (1) and their gradients, batch and rolling statistics, for n channels."""
+    l.scales, l.scale_updates = np.ones(n, dtype=np.float32), zeros(n)
+    for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
+                 "rolling_variance"):
+        setattr(l, name, zeros(n))
+
+
 def conv_weight_records(l):
     """A convolution's .weights records: biases, [scales, rolling_mean, rolling_variance],
     weights (load/save_convolutional_weights)."""
@@ -118,21 +136,7 @@ class ConvolutionalLayer(Layer):
         self.activation_id = ACTIVATIONS[activation]
         self.batch_normalize = bool(batch_normalize)
         self.compat = compat
-        self.nweights = c // groups * n * size * size
-        self.nbiases = n
-        self.weights = zeros(self.nweights)
-        self.weight_updates = zeros(self.nweights)
-        self.biases = zeros(n)
-        self.bias_updates = zeros(n)
-        if self.batch_normalize:
-            self.scales = np.ones(n, dtype=np.float32)
-            self.scale_updates = zeros(n)
-            self.mean = zeros(n)
-            self.variance = zeros(n)
-            self.mean_delta = zeros(n)
-            self.variance_delta = zeros(n)
-            self.rolling_mean = zeros(n)
-            self.rolling_variance = zeros(n)
+        alloc_params(self, c // groups * n * size * size, n)
         self.learning_rate_scale = 1.0
         self._set_sizes()
 

@@ -5,7 +5,6 @@ Wᵀ·input is folded into the output with col2im; out = (in - 1)·stride + size
 Batch norm, update and .weights layout as [convolutional] (Darknet loads both with the same
 function). `pad=1` means padding = size/2.
 """
-import numpy as np
 
 from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias, fill_cpu
@@ -13,7 +12,7 @@ from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from .base import Layer, require_image_input, zeros
-from .convolutional import (backward_batchnorm, conv_weight_records, forward_batchnorm,
+from .convolutional import (alloc_params, backward_batchnorm, conv_weight_records, forward_batchnorm,
                             get_activation, update_params)
 
 
@@ -28,17 +27,7 @@ class DeconvolutionalLayer(Layer):
         self.activation, self.activation_id = activation, ACTIVATIONS[activation]
         self.batch_normalize = bool(batch_normalize)
         self.compat = compat
-        self.nweights, self.nbiases = c * n * size * size, n
-        self.weights = zeros(self.nweights)
-        self.weight_updates = zeros(self.nweights)
-        self.biases = zeros(n)
-        self.bias_updates = zeros(n)
-        if self.batch_normalize:
-            self.scales = np.ones(n, dtype=np.float32)
-            self.scale_updates = zeros(n)
-            for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
-                         "rolling_variance"):
-                setattr(self, name, zeros(n))
+        alloc_params(self, c * n * size * size, n)
         self.learning_rate_scale = 1.0
         self.resize(w, h)
 
