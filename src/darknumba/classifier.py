@@ -27,7 +27,7 @@ from .cfg import read_cfg
 from .data import get_paths, read_data_cfg, read_list
 from .errors import DataError, DarknumbaError
 from .image import letterbox_image, load_image_color, resize_image
-from .train import _StopFlag, find_nonfinite_layer, training_network
+from .train import _StopFlag, train_iteration, training_network
 from .weights import save_weights
 
 
@@ -266,19 +266,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
             while net.current_batch() < net.max_batches:
                 t0 = time.time()
                 X, T = next(loader)
-                total = 0.0
-                for s in range(net.subdivisions):
-                    sl = slice(s * net.batch, (s + 1) * net.batch)
-                    err = net.train_datum(X[sl], T[sl])
-                    if not math.isfinite(err):
-                        bad = find_nonfinite_layer(net)
-                        where = f"layer {bad[0]} ({bad[1]}) {bad[2]}" if bad else "the sum"
-                        raise DarknumbaError(
-                            f"iteration {net.current_batch()}: loss is {err} (first non-finite "
-                            f"values in {where}); stopping without saving. Try a lower "
-                            f"learning_rate or a longer burn_in")
-                    total += err
-                loss = total / imgs
+                loss = train_iteration(net, X, T, written[-1] if written else None) / imgs
                 avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 i = net.current_batch()
                 if i % opts.log_every == 0:

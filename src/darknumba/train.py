@@ -91,6 +91,27 @@ def load_partial_weights(net, path) -> int:
                        "(weights do not fit this cfg)")
 
 
+def train_iteration(net, X, T, last_checkpoint=None) -> float:
+    """One iteration: train_datum on each of the `subdivisions` slices of the batch; returns
+    the summed loss. A NaN or Inf loss stops the run, naming the iteration and the first layer
+    with non-finite values, without saving."""
+    total = 0.0
+    for s in range(net.subdivisions):
+        sl = slice(s * net.batch, (s + 1) * net.batch)
+        err = net.train_datum(X[sl], T[sl])
+        if not math.isfinite(err):
+            bad = find_nonfinite_layer(net)
+            where = (f"layer {bad[0]} ({bad[1]}) {bad[2]}" if bad else
+                     "no single layer (the sum overflowed)")
+            raise TrainingStopped(
+                f"iteration {net.current_batch()}: loss is {err} (first non-finite values in "
+                f"{where}); stopping without saving. Last good checkpoint: "
+                f"{last_checkpoint or 'none written yet'}. Try a lower learning_rate or a "
+                f"longer burn_in")
+        total += err
+    return total
+
+
 def training_network(cfgfile, opts, log):
     """The network a training run starts from: Darknet's random initialisation (opts.seed),
     then whatever layers opts.weights covers; --clear and --max-batches applied."""
@@ -301,21 +322,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                     net.resize(w, h)
                 t_load = time.time() - t0
                 t0 = time.time()
-                total = 0.0
-                for s in range(net.subdivisions):
-                    sl = slice(s * net.batch, (s + 1) * net.batch)
-                    err = net.train_datum(X[sl], T[sl])
-                    if not math.isfinite(err):
-                        bad = find_nonfinite_layer(net)
-                        where = (f"layer {bad[0]} ({bad[1]}) {bad[2]}" if bad else
-                                 "no single layer (the sum overflowed)")
-                        keep = written[-1] if written else "none written yet"
-                        raise TrainingStopped(
-                            f"iteration {net.current_batch()}: loss is {err} (first non-finite "
-                            f"values in {where}); stopping without saving. Last good checkpoint: "
-                            f"{keep}. Try a lower learning_rate or a longer burn_in")
-                    total += err
-                loss = total / imgs
+                loss = train_iteration(net, X, T, written[-1] if written else None) / imgs
                 avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 i = net.current_batch()
                 line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
