@@ -32,7 +32,8 @@ def naive_im2col(im, c, h, w, k, stride, pad):
 
 @pytest.mark.parametrize("c,h,w,k,stride,pad", [
     (1, 5, 5, 1, 1, 0), (3, 7, 5, 3, 1, 1), (2, 8, 9, 3, 2, 1), (4, 6, 6, 3, 2, 0),
-    (3, 5, 7, 1, 2, 0), (2, 9, 4, 5, 1, 2), (1, 4, 4, 2, 2, 0)])
+    (3, 5, 7, 1, 2, 0), (2, 9, 4, 5, 1, 2), (1, 4, 4, 2, 2, 0), (2, 3, 70, 3, 1, 1),
+    (1, 4, 150, 3, 2, 1)])
 def test_im2col_matches_numpy(c, h, w, k, stride, pad):
     im = rand(c * h * w)
     ref = naive_im2col(im, c, h, w, k, stride, pad)
@@ -41,7 +42,8 @@ def test_im2col_matches_numpy(c, h, w, k, stride, pad):
     np.testing.assert_array_equal(col.reshape(ref.shape), ref)
 
 
-@pytest.mark.parametrize("c,h,w,k,stride,pad", [(3, 7, 5, 3, 1, 1), (2, 8, 9, 3, 2, 1), (2, 9, 4, 5, 1, 2)])
+@pytest.mark.parametrize("c,h,w,k,stride,pad", [(3, 7, 5, 3, 1, 1), (2, 8, 9, 3, 2, 1), (2, 9, 4, 5, 1, 2),
+                                                (2, 3, 70, 3, 1, 1), (1, 4, 150, 3, 2, 1)])
 def test_col2im_is_the_adjoint_of_im2col(c, h, w, k, stride, pad):
     x = rand(c * h * w)
     oh = (h + 2 * pad - k) // stride + 1
@@ -263,7 +265,8 @@ def test_convolutional_layer_forward_matches_direct_convolution(c, n, k, stride,
 
 
 @pytest.mark.parametrize("b,c,h,w,k,stride,pad", [(3, 2, 7, 5, 3, 1, 1), (2, 3, 8, 9, 3, 2, 1),
-                                                  (2, 2, 9, 4, 5, 1, 2), (2, 2, 8, 8, 1, 2, 0)])
+                                                  (2, 2, 9, 4, 5, 1, 2), (2, 2, 8, 8, 1, 2, 0),
+                                                  (2, 2, 3, 70, 3, 1, 1), (2, 1, 4, 150, 3, 2, 1)])
 def test_batch_im2col_and_col2im_equal_per_image_ones(b, c, h, w, k, stride, pad):
     oh = (h + 2 * pad - k) // stride + 1
     ow = (w + 2 * pad - k) // stride + 1

@@ -19,6 +19,7 @@ from ..kernels.blas import (
 )
 from ..kernels.fused import (batchnorm_backward, batchnorm_bias_activate, batchnorm_train_epilogue,
                              bias_activate)
+from ..kernels.direct import conv3x3_direct_cpu, conv3x3_direct_weight_grad_cpu, flip_weights
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from .base import Layer, require_image_input, scratch_of, zeros
@@ -27,6 +28,12 @@ from .base import Layer, require_image_input, scratch_of, zeros
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
 BATCH_COLUMNS = 1 << 24
+
+# stride-1 convolutions with at most this many inputs per output (c*size*size) run as a direct
+# convolution (kernels/direct.py) rather than im2col + GEMM: measured here, the direct kernel
+# wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
+# training) and loses from K = 288 on, where BLAS runs near its peak
+DIRECT_MAX_K = 300
 
 
 def get_activation(section, key="activation", default="logistic"):
@@ -153,7 +160,7 @@ class ConvolutionalLayer(Layer):
         if self.batch_normalize:
             self.x = zeros(self.batch * self.outputs)
             self.x_norm = zeros(self.batch * self.outputs)
-        self.workspace_size = 0 if self._direct_1x1() else \
+        self.workspace_size = 0 if self._direct_1x1() or self._direct_thin() else \
             self.out_h * self.out_w * self.size * self.size * self.c // self.groups
 
     def _direct_1x1(self) -> bool:
@@ -163,6 +170,12 @@ class ConvolutionalLayer(Layer):
         if self.size != 1:
             return False
         return (self.stride == 1 and self.pad == 0) or self.compat == "darknet-cpu"
+
+    def _direct_thin(self) -> bool:
+        """A thin stride-1 convolution computed directly (see DIRECT_MAX_K); same sums as the
+        GEMM path up to float32 rounding of their order."""
+        return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
+                and self.c * 9 <= DIRECT_MAX_K)
 
     @classmethod
     def from_cfg(cls, s, params):
@@ -205,7 +218,10 @@ class ConvolutionalLayer(Layer):
         k = self.size * self.size * self.c // self.groups
         n = self.out_h * self.out_w
         cg = self.c // self.groups
-        if self.groups == 1 and self.batch > 1:
+        if self._direct_thin():
+            conv3x3_direct_cpu(net.input, self.batch, self.c, self.h, self.w, self.weights,
+                               self.n, self.pad, self.output, False)
+        elif self.groups == 1 and self.batch > 1:
             self._forward_gemms_batched(net, m, k, n)
         else:
             self._forward_gemms_per_image(net, m, k, n, cg)
@@ -270,10 +286,24 @@ class ConvolutionalLayer(Layer):
             backward_batchnorm(self, net)
         else:
             backward_bias(self.bias_updates, self.delta, self.batch, self.n, n)
-        if self.groups == 1:
+        if self._direct_thin():
+            self._backward_direct(net)
+        elif self.groups == 1:
             self._backward_gemms_batched(net, m, k, n)
         else:
             self._backward_gemms_per_image(net, m, k, n, cg)
+
+    def _backward_direct(self, net):
+        """Thin stride-1 convolution: weight gradient straight from input and delta; the input
+        gradient as the convolution of delta with the flipped, transposed filters."""
+        conv3x3_direct_weight_grad_cpu(net.input, self.batch, self.c, self.h, self.w,
+                                       self.delta, self.n, self.pad, self.weight_updates)
+        if net.delta is None:
+            return
+        flipped = scratch_of(net)("conv_flipped", self.nweights)
+        flip_weights(self.weights, self.n, self.c, self.size, flipped)
+        conv3x3_direct_cpu(self.delta, self.batch, self.n, self.out_h, self.out_w, flipped,
+                           self.c, 2 - self.pad, net.delta, True)
 
     def _backward_gemms_batched(self, net, m, k, n):
         """The weight and input gradients of up to `bc` images in one GEMM each: the images'

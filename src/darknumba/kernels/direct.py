@@ -1,0 +1,208 @@
+"""Direct 3x3 stride-1 convolution for thin layers (few input channels, e.g. a network's first
+convolution over RGB), where im2col + GEMM is bound by memory: the column matrix is 9x the
+image and the GEMM's K (c*9) is too short for BLAS to reach its peak.
+
+Each parallel iteration takes a block of output rows. For one output row it copies the three
+input rows of every channel into a zero-padded strip (small, stays in L1/L2), then, for four
+filters at a time, adds each kernel row's three taps ``w * strip[ic, ky, kx:kx + out_w]`` into
+four accumulator rows in one statement. With `contract` the multiply-adds are fused, in the
+k order (ic, ky, kx) of the weights' row, as a BLAS kernel sums them, so results match the
+GEMM path up to the rounding of that order.
+
+The same kernel computes the input gradient: it is the convolution of the output delta with
+the weights transposed (filters <-> channels) and rotated 180 degrees, with padding 2 - pad
+(`flip_weights`). The weight gradient sums dot products of delta rows with the strip.
+
+Layouts (Darknet's): x [batch x c x h x w], weights [n x c x 3 x 3],
+out [batch x n x out_h x out_w], out_h = h + 2*pad - 2.
+"""
+import numpy as np
+from numba import njit, prange
+
+ROWS_PER_TASK = 8   # output rows per parallel iteration (strip and accumulators allocated once)
+
+
+@njit(cache=True, inline="always")
+def _fill_strip(strip, x, b, c, h, w, y, size, pad):
+    """strip[ic, ky, :] = input row y + ky - pad of channel ic, zero-padded by `pad` columns on
+    each side (rows above or below the image stay zero)."""
+    strip[...] = 0.0
+    for ic in range(c):
+        for ky in range(size):
+            iy = y + ky - pad
+            if 0 <= iy < h:
+                base = ((b * c + ic) * h + iy) * w
+                strip[ic, ky, pad:pad + w] = x[base:base + w]
+
+
+@njit(cache=True, inline="always")
+def _taps4(a0, a1, a2, a3, strip, weights, K, oc0, c, out_w):
+    """a_q += the 3x3 convolution of the strip with filter oc0 + q, for q = 0..3. One statement
+    takes a whole kernel row (three taps), so each accumulator is loaded and stored once per
+    three multiply-adds and each strip value feeds twelve."""
+    for ic in range(c):
+        for ky in range(3):
+            srow = strip[ic, ky]
+            s0 = srow[0:out_w]
+            s1 = srow[1:out_w + 1]
+            s2 = srow[2:out_w + 2]
+            p = oc0 * K + (ic * 3 + ky) * 3          # filter oc0 + q's row at p + q*K
+            w00, w01, w02 = weights[p], weights[p + 1], weights[p + 2]
+            p += K
+            w10, w11, w12 = weights[p], weights[p + 1], weights[p + 2]
+            p += K
+            w20, w21, w22 = weights[p], weights[p + 1], weights[p + 2]
+            p += K
+            w30, w31, w32 = weights[p], weights[p + 1], weights[p + 2]
+            for j in range(out_w):
+                v0 = s0[j]
+                v1 = s1[j]
+                v2 = s2[j]
+                a0[j] = ((a0[j] + w00 * v0) + w01 * v1) + w02 * v2
+                a1[j] = ((a1[j] + w10 * v0) + w11 * v1) + w12 * v2
+                a2[j] = ((a2[j] + w20 * v0) + w21 * v1) + w22 * v2
+                a3[j] = ((a3[j] + w30 * v0) + w31 * v1) + w32 * v2
+
+
+@njit(cache=True, inline="always")
+def _taps1(a, strip, weights, K, oc, c, out_w):
+    """a += the 3x3 convolution of the strip with filter oc (the last n % 4 filters)."""
+    for ic in range(c):
+        for ky in range(3):
+            srow = strip[ic, ky]
+            s0 = srow[0:out_w]
+            s1 = srow[1:out_w + 1]
+            s2 = srow[2:out_w + 2]
+            t = oc * K + (ic * 3 + ky) * 3
+            w0, w1, w2 = weights[t], weights[t + 1], weights[t + 2]
+            for j in range(out_w):
+                a[j] = ((a[j] + w0 * s0[j]) + w1 * s1[j]) + w2 * s2[j]
+
+
+@njit(parallel=True, cache=True, fastmath={"contract"})
+def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate):
+    """out = conv(x, weights) (or out += with accumulate): 3x3, stride 1, zero padding `pad`."""
+    out_h = h + 2 * pad - 2
+    out_w = w + 2 * pad - 2
+    K = c * 9
+    rows = batch * out_h
+    tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    for task in prange(tasks):
+        strip = np.empty((c, 3, w + 2 * pad), np.float32)
+        acc = np.empty((4, out_w), np.float32)
+        for by in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
+            b = by // out_h
+            y = by % out_h
+            _fill_strip(strip, x, b, c, h, w, y, 3, pad)
+            for oc0 in range(0, n, 4):
+                q_n = min(4, n - oc0)
+                acc[...] = 0.0
+                if q_n == 4:
+                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, weights, K, oc0, c, out_w)
+                else:
+                    for q in range(q_n):
+                        _taps1(acc[q], strip, weights, K, oc0 + q, c, out_w)
+                for q in range(q_n):
+                    ob = ((b * n + oc0 + q) * out_h + y) * out_w
+                    dst = out[ob:ob + out_w]
+                    if accumulate:
+                        dst += acc[q]
+                    else:
+                        dst[:] = acc[q]
+
+
+@njit(cache=True, inline="always")
+def _dots4x3(dw, oc0, q_n, t, d0, d1, d2, d3, srow, out_w):
+    """dw[oc0 + q, t + kx] += dot(d_q, srow[kx:kx + out_w]) for four delta rows and the three
+    taps of one kernel row: twelve float32 sums in vector registers, seven loads per twelve
+    multiply-adds. With q_n = 1 the four delta rows are the same and only the first is kept."""
+    s0 = srow[0:out_w]
+    s1 = srow[1:out_w + 1]
+    s2 = srow[2:out_w + 2]
+    r00 = r01 = r02 = r10 = r11 = r12 = np.float32(0.0)
+    r20 = r21 = r22 = r30 = r31 = r32 = np.float32(0.0)
+    for j in range(out_w):
+        v0 = s0[j]
+        v1 = s1[j]
+        v2 = s2[j]
+        e0 = d0[j]
+        e1 = d1[j]
+        e2 = d2[j]
+        e3 = d3[j]
+        r00 += e0 * v0
+        r01 += e0 * v1
+        r02 += e0 * v2
+        r10 += e1 * v0
+        r11 += e1 * v1
+        r12 += e1 * v2
+        r20 += e2 * v0
+        r21 += e2 * v1
+        r22 += e2 * v2
+        r30 += e3 * v0
+        r31 += e3 * v1
+        r32 += e3 * v2
+    dw[oc0, t] += r00
+    dw[oc0, t + 1] += r01
+    dw[oc0, t + 2] += r02
+    if q_n == 4:
+        dw[oc0 + 1, t] += r10
+        dw[oc0 + 1, t + 1] += r11
+        dw[oc0 + 1, t + 2] += r12
+        dw[oc0 + 2, t] += r20
+        dw[oc0 + 2, t + 1] += r21
+        dw[oc0 + 2, t + 2] += r22
+        dw[oc0 + 3, t] += r30
+        dw[oc0 + 3, t + 1] += r31
+        dw[oc0 + 3, t + 2] += r32
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+def conv3x3_direct_weight_grad_cpu(x, batch, c, h, w, delta, n, pad, weight_updates):
+    """weight_updates[oc, ic, ky, kx] += sum over images and output pixels of
+    delta[b, oc, y, x] * x[b, ic, y + ky - pad, x + kx - pad] (3x3, stride 1): the product
+    delta @ col^T without building col. Each row's dot products run in float32 vector lanes
+    and are summed across rows and tasks in float64."""
+    out_h = h + 2 * pad - 2
+    out_w = w + 2 * pad - 2
+    K = c * 9
+    rows = batch * out_h
+    tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    partial = np.zeros((tasks, n, K))
+    for task in prange(tasks):
+        strip = np.empty((c, 3, w + 2 * pad), np.float32)
+        dw = partial[task]
+        for by in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
+            b = by // out_h
+            y = by % out_h
+            _fill_strip(strip, x, b, c, h, w, y, 3, pad)
+            oc0 = 0
+            while oc0 < n:
+                q_n = 4 if n - oc0 >= 4 else 1
+                base = ((b * n + oc0) * out_h + y) * out_w
+                step = out_h * out_w if q_n == 4 else 0     # one filter: four copies of it
+                d0 = delta[base:base + out_w]
+                d1 = delta[base + step:base + step + out_w]
+                d2 = delta[base + 2 * step:base + 2 * step + out_w]
+                d3 = delta[base + 3 * step:base + 3 * step + out_w]
+                for ic in range(c):
+                    for ky in range(3):
+                        _dots4x3(dw, oc0, q_n, (ic * 3 + ky) * 3, d0, d1, d2, d3,
+                                 strip[ic, ky], out_w)
+                oc0 += q_n
+    for i in range(n * K):
+        acc = 0.0
+        for task in range(tasks):
+            acc += partial[task, i // K, i % K]
+        weight_updates[i] += np.float32(acc)
+
+
+@njit(cache=True)
+def flip_weights(weights, n, c, size, flipped):
+    """flipped[ic, oc, ky, kx] = weights[oc, ic, size-1-ky, size-1-kx]: the filters of the
+    convolution that maps an output delta back to the input gradient."""
+    for oc in range(n):
+        for ic in range(c):
+            for ky in range(size):
+                for kx in range(size):
+                    flipped[((ic * n + oc) * size + size - 1 - ky) * size + size - 1 - kx] = \
+                        weights[((oc * c + ic) * size + ky) * size + kx]

@@ -1,0 +1,100 @@
+"""The direct 3x3 convolution (kernels/direct.py) against float64 references, and the
+convolutional layer's direct path against its im2col + GEMM path."""
+import numpy as np
+import pytest
+
+import naive
+from darknumba.kernels.direct import (conv3x3_direct_cpu, conv3x3_direct_weight_grad_cpu,
+                                      flip_weights)
+
+rng = np.random.default_rng(11)
+
+# (batch, c, h, w, n, pad): filter counts with and without a remainder of 4, pads 0..2,
+# maps narrower than the kernel's padding, and rows long enough to vectorise
+SHAPES = [(2, 3, 7, 5, 4, 1), (1, 5, 6, 9, 7, 1), (3, 2, 5, 4, 9, 0), (2, 1, 3, 3, 1, 2),
+          (1, 4, 1, 2, 5, 1), (2, 3, 4, 70, 8, 1), (1, 2, 9, 33, 6, 2)]
+
+
+def ref_conv(x, weights, b, c, h, w, n, pad):
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    xp = np.zeros((b, c, h + 2 * pad, w + 2 * pad))
+    xp[:, :, pad:pad + h, pad:pad + w] = x.reshape(b, c, h, w)
+    W = weights.reshape(n, c, 3, 3).astype(np.float64)
+    out = np.zeros((b, n, oh, ow))
+    for ky in range(3):
+        for kx in range(3):
+            out += np.einsum("bchw,nc->bnhw", xp[:, :, ky:ky + oh, kx:kx + ow], W[:, :, ky, kx])
+    return out.ravel()
+
+
+@pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
+def test_direct_forward_matches_float64_convolution(b, c, h, w, n, pad):
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    out = np.full(b * n * (h + 2 * pad - 2) * (w + 2 * pad - 2), np.nan, np.float32)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False)
+    ref = ref_conv(x, wts, b, c, h, w, n, pad)
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    before = rng.standard_normal(out.size).astype(np.float32)
+    acc = before.copy()
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, acc, True)       # adds into what is there
+    np.testing.assert_allclose(acc, before + ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
+def test_direct_gradients_match_naive_backward(b, c, h, w, n, pad):
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    delta = rng.standard_normal(b * n * oh * ow).astype(np.float32)
+    dw_ref, dx_ref = naive.conv_backward(x, wts, delta, b, c, h, w, n, 3, 1, pad, 1)
+    dw = np.ones(n * c * 9, np.float32)                                 # adds, as Darknet
+    conv3x3_direct_weight_grad_cpu(x, b, c, h, w, delta, n, pad, dw)
+    np.testing.assert_allclose(dw - 1, dw_ref, rtol=1e-4, atol=1e-5 * np.abs(dw_ref).max())
+    flipped = np.empty_like(wts)
+    flip_weights(wts, n, c, 3, flipped)
+    dx = np.zeros(x.size, np.float32)
+    conv3x3_direct_cpu(delta, b, n, oh, ow, flipped, c, 2 - pad, dx, True)
+    np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-5 * np.abs(dx_ref).max())
+
+
+def test_direct_check_can_fail():
+    """A one-tap error is caught by the same comparison."""
+    b, c, h, w, n, pad = 1, 2, 5, 6, 4, 1
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    out = np.empty(b * n * h * w, np.float32)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False)
+    wrong = wts.copy()
+    wrong[5] += 0.01
+    ref = ref_conv(x, wrong, b, c, h, w, n, pad)
+    assert not np.allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("bn", [0, 1])
+def test_layer_direct_path_equals_gemm_path(monkeypatch, tmp_path, bn):
+    """The same network trained one step with the direct kernels and with im2col + GEMM."""
+    import darknumba as dn
+    from darknumba.layers import convolutional
+    cfg = tmp_path / "n.cfg"
+    cfg.write_text("[net]\nbatch=2\nwidth=12\nheight=10\nchannels=3\nlearning_rate=0.01\n"
+                   "momentum=0.9\ndecay=0.0005\n"
+                   f"[convolutional]\nbatch_normalize={bn}\nfilters=6\nsize=3\nstride=1\npad=1\n"
+                   "activation=leaky\n"
+                   f"[convolutional]\nbatch_normalize={bn}\nfilters=5\nsize=3\nstride=1\npad=1\n"
+                   "activation=leaky\n[cost]\ntype=sse\n")
+    x = rng.uniform(0, 1, (2, 3, 10, 12)).astype(np.float32)
+    truth = rng.uniform(0, 1, (2, 5 * 10 * 12)).astype(np.float32)
+    runs = []
+    for limit in (convolutional.DIRECT_MAX_K, 0):
+        monkeypatch.setattr(convolutional, "DIRECT_MAX_K", limit)
+        net = dn.parse_network_cfg(str(cfg), seed=3)
+        assert net.layers[1]._direct_thin() == (limit > 0)
+        cost = net.train_datum(x, truth)
+        runs.append((cost, net))
+    (cost_d, d), (cost_g, g) = runs
+    assert cost_d == pytest.approx(cost_g, rel=1e-5)
+    for ld, lg in zip(d.layers[:2], g.layers[:2]):
+        np.testing.assert_allclose(ld.output, lg.output, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(ld.delta, lg.delta, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(ld.weights, lg.weights, rtol=1e-5, atol=1e-7)
