@@ -8,7 +8,7 @@ from darknumba.kernels.blas import (add_bias, mean_cpu, normalize_cpu, scale_bia
                                     upsample_cpu, variance_cpu)
 from darknumba.kernels.gemm import gemm, gemm_cpu
 from darknumba.kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
-from darknumba.kernels.pool import forward_avgpool_cpu, forward_maxpool_cpu
+from darknumba.kernels.pool import forward_avgpool_cpu, forward_maxpool2_cpu, forward_maxpool_cpu
 from darknumba.kernels.softmax import softmax_cpu
 
 rng = np.random.default_rng(7)
@@ -83,7 +83,7 @@ def naive_maxpool(x, b, c, h, w, size, stride, pad):
     off = -(pad // 2)
     for i in range(oh):
         for j in range(ow):
-            best = np.full((b, c), -np.inf, np.float32)
+            best = np.full((b, c), np.finfo(np.float32).min, np.float32)   # -FLT_MAX, as C
             bi = np.full((b, c), -1)
             for n in range(size):
                 for m in range(size):
@@ -115,6 +115,26 @@ def test_maxpool_matches_numpy(size, stride, pad, h, w):
     np.testing.assert_array_equal(idx, ref_idx)
     fast = np.zeros(ref.size, np.float32)
     forward_maxpool_cpu(x, b, c, h, w, size, stride, pad, oh, ow, fast, idx, False)
+    np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("stride,pad,h,w", [(2, 1, 8, 8), (2, 1, 7, 9), (1, 1, 13, 13),
+                                             (1, 0, 6, 5), (2, 0, 5, 6), (2, 3, 7, 7), (1, 1, 1, 1),
+                                             (1, 2, 9, 8), (2, 1, 4, 90)])
+def test_size2_maxpool_matches_numpy(stride, pad, h, w):
+    """The small-map size-2 kernel: values, winners' indexes and ties as the naive scan."""
+    b, c = 2, 3
+    x = rng.integers(0, 3, b * c * h * w).astype(np.float32)       # many ties
+    ref, ref_idx = naive_maxpool(x, b, c, h, w, 2, stride, pad)
+    oh = (h + pad - 2) // stride + 1
+    ow = (w + pad - 2) // stride + 1
+    out = np.full(ref.size, np.nan, np.float32)
+    idx = np.zeros(ref.size, np.int32)
+    forward_maxpool2_cpu(x, b, c, h, w, stride, pad, oh, ow, out, idx, True)
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(idx, ref_idx)
+    fast = np.full(ref.size, np.nan, np.float32)
+    forward_maxpool2_cpu(x, b, c, h, w, stride, pad, oh, ow, fast, idx, False)
     np.testing.assert_array_equal(fast, ref)
 
 
@@ -309,3 +329,22 @@ def test_fused_batchnorm_backward_equals_darknets_seven_kernels(train):
     batchnorm_backward(got[0], x, x_norm, mean, var, scales, b, f, s, got[1], got[2], got[3], got[4])
     for name, g, r in zip(["delta", "bias_updates", "scale_updates", "mean_delta", "variance_delta"], got, ref):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("offset", [0.0, 1e4])
+def test_one_sweep_mean_variance_equals_two_pass_float64(offset):
+    from darknumba.kernels.fused import mean_variance_cpu
+    b, f, s = 3, 5, 1001
+    x = (rand(b * f * s) * 0.01 + offset).astype(np.float32)       # a large mean, small spread
+    mean, var = np.zeros(f, np.float32), np.zeros(f, np.float32)
+    mean_variance_cpu(x, b, f, s, mean, var)
+    x64 = x.astype(np.float64).reshape(b, f, s).transpose(1, 0, 2).reshape(f, -1)
+    np.testing.assert_allclose(mean, x64.mean(1), rtol=1e-7)
+    np.testing.assert_allclose(var, x64.var(1, ddof=1), rtol=1e-5)     # unbiased, as Darknet
+    if offset == 0:
+        # Darknet's two passes subtract the float32 mean in float32: the same unless the mean
+        # dwarfs the spread (then the one sweep is the more accurate)
+        ref_m, ref_v = np.zeros(f, np.float32), np.zeros(f, np.float32)
+        mean_cpu(x, b, f, s, ref_m)
+        variance_cpu(x, ref_m, b, f, s, ref_v)
+        np.testing.assert_allclose(var, ref_v, rtol=1e-6)

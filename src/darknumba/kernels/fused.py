@@ -108,3 +108,24 @@ def batchnorm_backward(delta, x, x_norm, mean, variance, scales, batch, filters,
             xr = x[base:base + spatial]
             for k in range(spatial):
                 d[k] = np.float32((d[k] * sf) * inv_std + vdn * np.float64(xr[k] - m) + mdn)
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc"})
+def mean_variance_cpu(x, batch, filters, spatial, mean, variance):
+    """Darknet's mean_cpu and (unbiased) variance_cpu in one sweep instead of two: float64 sums
+    of (x - s) and (x - s)^2, shifted by the channel's first value s so that a large mean does
+    not cancel the variance. Equal to the two-pass float64 result far below float32 rounding."""
+    count = batch * spatial
+    for f in prange(filters):
+        s = np.float64(x[f * spatial])
+        s1 = 0.0
+        s2 = 0.0
+        for b in range(batch):
+            base = (b * filters + f) * spatial
+            row = x[base:base + spatial]
+            for k in range(spatial):
+                d = np.float64(row[k]) - s
+                s1 += d
+                s2 += d * d
+        mean[f] = np.float32(s + s1 / count)
+        variance[f] = np.float32((s2 - s1 * s1 / count) / (count - 1))

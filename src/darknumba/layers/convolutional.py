@@ -17,13 +17,21 @@ from ..kernels.blas import (
     sgd_update_cpu,
     variance_cpu,
 )
-from ..kernels.fused import (batchnorm_backward, batchnorm_bias_activate, batchnorm_train_epilogue,
-                             bias_activate)
-from ..kernels.direct import conv3x3_direct_cpu, conv3x3_direct_weight_grad_cpu, flip_weights
+from ..kernels.direct import (
+    conv3x3_direct_cpu,
+    conv3x3_direct_weight_grad_cpu,
+    flip_weights,
+)
+from ..kernels.fused import (
+    batchnorm_backward,
+    batchnorm_bias_activate,
+    batchnorm_train_epilogue,
+    bias_activate,
+    mean_variance_cpu,
+)
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from .base import Layer, require_image_input, scratch_of, zeros
-
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
@@ -33,7 +41,14 @@ BATCH_COLUMNS = 1 << 24
 # convolution (kernels/direct.py) rather than im2col + GEMM: measured here, the direct kernel
 # wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
 # training) and loses from K = 288 on, where BLAS runs near its peak
-DIRECT_MAX_K = 300
+DIRECT_MAX_K = 160
+
+# maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
+# nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
+# GEMM per image, which is as fast there and writes each image's output straight into place
+# instead of transposing the batch's m x batch x n result (measured here: yolov3-tiny layers 4
+# and 6 at batch 8)
+BATCH_GEMM_MAX_N = 2048
 
 
 def get_activation(section, key="activation", default="logistic"):
@@ -51,8 +66,12 @@ def forward_batchnorm(l, net):
     forward pass, x and x_norm kept for backward. Test mode: rolling statistics."""
     n, spatial = l.out_c, l.out_h * l.out_w
     if net.train:
-        mean_cpu(l.output, l.batch, n, spatial, l.mean)
-        variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
+        if getattr(l, "compat", None) == "darknet-cpu":
+            # Darknet's two passes: the variance subtracts the float32 mean in float32
+            mean_cpu(l.output, l.batch, n, spatial, l.mean)
+            variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
+        else:
+            mean_variance_cpu(l.output, l.batch, n, spatial, l.mean, l.variance)
         scal_cpu(n, 0.99, l.rolling_mean)
         axpy_cpu(n, 0.01, l.mean, l.rolling_mean)
         scal_cpu(n, 0.99, l.rolling_variance)
@@ -221,7 +240,7 @@ class ConvolutionalLayer(Layer):
         if self._direct_thin():
             conv3x3_direct_cpu(net.input, self.batch, self.c, self.h, self.w, self.weights,
                                self.n, self.pad, self.output, False)
-        elif self.groups == 1 and self.batch > 1:
+        elif self.groups == 1 and self.batch > 1 and n < BATCH_GEMM_MAX_N:
             self._forward_gemms_batched(net, m, k, n)
         else:
             self._forward_gemms_per_image(net, m, k, n, cg)
@@ -288,7 +307,7 @@ class ConvolutionalLayer(Layer):
             backward_bias(self.bias_updates, self.delta, self.batch, self.n, n)
         if self._direct_thin():
             self._backward_direct(net)
-        elif self.groups == 1:
+        elif self.groups == 1 and n < BATCH_GEMM_MAX_N:
             self._backward_gemms_batched(net, m, k, n)
         else:
             self._backward_gemms_per_image(net, m, k, n, cg)

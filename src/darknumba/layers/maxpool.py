@@ -2,7 +2,8 @@
 keeps the input size (yolov3-tiny's layer 11)."""
 import numpy as np
 
-from ..kernels.pool import backward_maxpool_cpu, forward_maxpool_cpu
+from ..kernels.pool import (MAXPOOL2_MAX_W, backward_maxpool_cpu, forward_maxpool2_cpu,
+                            forward_maxpool_cpu)
 from .base import Layer, require_image_input
 
 
@@ -39,6 +40,11 @@ class MaxpoolLayer(Layer):
 
     def forward(self, net):
         """forward_maxpool_layer"""
+        if self.size == 2 and self.out_w <= MAXPOOL2_MAX_W:
+            forward_maxpool2_cpu(net.input, self.batch, self.c, self.h, self.w, self.stride,
+                                 self.pad, self.out_h, self.out_w, self.output, self.indexes,
+                                 net.train)
+            return
         forward_maxpool_cpu(net.input, self.batch, self.c, self.h, self.w, self.size, self.stride,
                             self.pad, self.out_h, self.out_w, self.output, self.indexes,
                             net.train)
