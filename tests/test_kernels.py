@@ -348,3 +348,12 @@ def test_one_sweep_mean_variance_equals_two_pass_float64(offset):
         mean_cpu(x, b, f, s, ref_m)
         variance_cpu(x, ref_m, b, f, s, ref_v)
         np.testing.assert_allclose(var, ref_v, rtol=1e-6)
+
+
+@pytest.mark.parametrize("m,k", [(1, 1), (5, 7), (130, 67), (64, 200)])
+def test_add_transposed(m, k):
+    from darknumba.kernels.gemm import add_transposed
+    dst, src = rand(m, k), rand(k, m)
+    ref = dst + src.T
+    add_transposed(dst, src)
+    np.testing.assert_array_equal(dst, ref)

@@ -66,3 +66,21 @@ def gemm(TA, TB, M, N, K, ALPHA, A, B, BETA, C):
         if BETA != 1:
             c *= np.float32(BETA)
         c += prod
+
+
+@njit(parallel=True, cache=True)
+def add_transposed(dst, src):
+    """dst (m x k) += src^T, src being k x m: in 64 x 64 tiles so both sides stay in cache,
+    parallel over tiles of dst's rows (numpy's strided += took 30 ms for yolov3-tiny's
+    1024 x 4608 weight gradient, this ~2 ms)."""
+    m, k = dst.shape
+    T = 64
+    for ib in prange((m + T - 1) // T):
+        i0 = ib * T
+        i1 = min(m, i0 + T)
+        for j0 in range(0, k, T):
+            j1 = min(k, j0 + T)
+            for i in range(i0, i1):
+                row = dst[i]
+                for j in range(j0, j1):
+                    row[j] += src[j, i]

@@ -29,7 +29,7 @@ from ..kernels.fused import (
     bias_activate,
     mean_variance_cpu,
 )
-from ..kernels.gemm import gemm
+from ..kernels.gemm import add_transposed, gemm
 from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from .base import Layer, require_image_input, scratch_of, zeros
 
@@ -343,7 +343,7 @@ class ConvolutionalLayer(Layer):
             d2, col2 = d.reshape(m, nb * n), col.reshape(k, nb * n)
             # weight_updates += delta @ col^T, computed as (col @ delta^T)^T: faster in BLAS
             np.matmul(col2, d2.T, out=dw_t)
-            self.weight_updates.reshape(m, k)[...] += dw_t.T
+            add_transposed(self.weight_updates.reshape(m, k), dw_t)
             if dx is None:
                 continue
             np.matmul(weights.T, d2, out=col2)           # the columns' gradient, k x nb*n
