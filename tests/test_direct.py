@@ -8,6 +8,8 @@ from darknumba.kernels.direct import (conv3x3_direct_cpu, conv3x3_direct_weight_
                                       flip_weights)
 
 rng = np.random.default_rng(11)
+EMPTY = np.empty(0, np.float32)
+NO_EPI = (EMPTY, EMPTY)          # no batch statistics wanted
 
 # (batch, c, h, w, n, pad): filter counts with and without a remainder of 4, pads 0..2,
 # maps narrower than the kernel's padding, and rows long enough to vectorise
@@ -32,12 +34,12 @@ def test_direct_forward_matches_float64_convolution(b, c, h, w, n, pad):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     out = np.full(b * n * (h + 2 * pad - 2) * (w + 2 * pad - 2), np.nan, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI)
     ref = ref_conv(x, wts, b, c, h, w, n, pad)
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     before = rng.standard_normal(out.size).astype(np.float32)
     acc = before.copy()
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, acc, True)       # adds into what is there
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, acc, True, *NO_EPI)   # adds into what is there
     np.testing.assert_allclose(acc, before + ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
@@ -54,8 +56,28 @@ def test_direct_gradients_match_naive_backward(b, c, h, w, n, pad):
     flipped = np.empty_like(wts)
     flip_weights(wts, n, c, 3, flipped)
     dx = np.zeros(x.size, np.float32)
-    conv3x3_direct_cpu(delta, b, n, oh, ow, flipped, c, 2 - pad, dx, True)
+    conv3x3_direct_cpu(delta, b, n, oh, ow, flipped, c, 2 - pad, dx, True, *NO_EPI)
     np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-5 * np.abs(dx_ref).max())
+
+
+def test_direct_batch_statistics_equal_a_separate_sweep():
+    from darknumba.kernels.fused import mean_variance_cpu
+    b, c, h, w, n, pad = 3, 3, 9, 11, 6, 1
+    x = (rng.standard_normal(b * c * h * w) + 3).astype(np.float32)     # a mean to subtract
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    raw = np.empty(b * n * h * w, np.float32)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, raw, False, *NO_EPI)
+    got = np.empty_like(raw)
+    m, v = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, m, v)
+    np.testing.assert_array_equal(got, raw)                  # the raw sums are kept
+    ref = raw.astype(np.float64).reshape(b, n, -1).transpose(1, 0, 2).reshape(n, -1)
+    np.testing.assert_allclose(m, ref.mean(1), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(v, ref.var(1, ddof=1), rtol=1e-6)
+    rm, rv = np.zeros(n, np.float32), np.zeros(n, np.float32)
+    mean_variance_cpu(raw, b, n, h * w, rm, rv)
+    np.testing.assert_allclose(m, rm, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(v, rv, rtol=1e-6)
 
 
 def test_direct_check_can_fail():
@@ -64,7 +86,7 @@ def test_direct_check_can_fail():
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     out = np.empty(b * n * h * w, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI)
     wrong = wts.copy()
     wrong[5] += 0.01
     ref = ref_conv(x, wrong, b, c, h, w, n, pad)
@@ -91,10 +113,14 @@ def test_layer_direct_path_equals_gemm_path(monkeypatch, tmp_path, bn):
         net = dn.parse_network_cfg(str(cfg), seed=3)
         assert net.layers[1]._direct_thin() == (limit > 0)
         cost = net.train_datum(x, truth)
-        runs.append((cost, net))
-    (cost_d, d), (cost_g, g) = runs
+        state = [(l.output.copy(), l.delta.copy(), l.weights.copy()) for l in net.layers[:2]]
+        runs.append((cost, state, net.predict(x).copy()))       # then test mode (rolling stats)
+    (cost_d, state_d, pred_d), (cost_g, state_g, pred_g) = runs
     assert cost_d == pytest.approx(cost_g, rel=1e-5)
-    for ld, lg in zip(d.layers[:2], g.layers[:2]):
-        np.testing.assert_allclose(ld.output, lg.output, rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(ld.delta, lg.delta, rtol=1e-4, atol=1e-6)
-        np.testing.assert_allclose(ld.weights, lg.weights, rtol=1e-5, atol=1e-7)
+    for (out_d, delta_d, w_d), (out_g, delta_g, w_g) in zip(state_d, state_g):
+        np.testing.assert_allclose(out_d, out_g, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(delta_d, delta_g, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(w_d, w_g, rtol=1e-5, atol=1e-7)
+    # rolling variance after one step is 1% of the batch's: normalising by it magnifies the
+    # float32 rounding of the two paths' sums tenfold
+    np.testing.assert_allclose(pred_d, pred_g, rtol=2e-4, atol=1e-5)

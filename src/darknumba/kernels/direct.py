@@ -79,14 +79,38 @@ def _taps1(a, strip, weights, K, oc, c, out_w):
                 a[j] = ((a[j] + w0 * s0[j]) + w1 * s1[j]) + w2 * s2[j]
 
 
+@njit(cache=True, fastmath={"reassoc"})
+def _row_moments(row):
+    """(mean, sum of squared deviations) of one row in float64, two passes while it is in L1."""
+    s = 0.0
+    for k in range(row.size):
+        s += np.float64(row[k])
+    m = s / row.size
+    m2 = 0.0
+    for k in range(row.size):
+        d = np.float64(row[k]) - m
+        m2 += d * d
+    return m, m2
+
+
 @njit(parallel=True, cache=True, fastmath={"contract"})
-def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate):
-    """out = conv(x, weights) (or out += with accumulate): 3x3, stride 1, zero padding `pad`."""
+def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, mean, variance):
+    """out = conv(x, weights) (or out += with accumulate): 3x3, stride 1, zero padding `pad`.
+
+    With non-empty mean / variance, the per-filter batch mean and unbiased variance of out are
+    computed from each row while it is in cache (two passes over the row in float64, rows
+    combined with Chan's formula): the training batch norm's statistics without a sweep over
+    the layer's output (as mean_variance_cpu computes them). Fusing the inference batch norm
+    the same way measured slower than its own sweep (the division is then on the critical
+    path) and is not done."""
     out_h = h + 2 * pad - 2
     out_w = w + 2 * pad - 2
     K = c * 9
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    # per task and filter: (count, mean, M2) of the rows it produced
+    stats = mean.size > 0
+    moments = np.zeros((tasks if stats else 0, n, 3))
     for task in prange(tasks):
         strip = np.empty((c, 3, w + 2 * pad), np.float32)
         acc = np.empty((4, out_w), np.float32)
@@ -103,12 +127,39 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate):
                     for q in range(q_n):
                         _taps1(acc[q], strip, weights, K, oc0 + q, c, out_w)
                 for q in range(q_n):
-                    ob = ((b * n + oc0 + q) * out_h + y) * out_w
+                    f = oc0 + q
+                    row = acc[q]
+                    if stats:
+                        m_r, m2_r = _row_moments(row)
+                        mo = moments[task, f]
+                        n_a = mo[0]
+                        n_t = n_a + out_w
+                        delta = m_r - mo[1]
+                        mo[1] += delta * out_w / n_t
+                        mo[2] += m2_r + delta * delta * n_a * out_w / n_t
+                        mo[0] = n_t
+                    ob = ((b * n + f) * out_h + y) * out_w
                     dst = out[ob:ob + out_w]
                     if accumulate:
-                        dst += acc[q]
+                        dst += row
                     else:
-                        dst[:] = acc[q]
+                        dst[:] = row
+    if stats:
+        for f in range(n):
+            n_a = 0.0
+            m_a = 0.0
+            m2_a = 0.0
+            for task in range(tasks):
+                n_b, m_b, m2_b = moments[task, f, 0], moments[task, f, 1], moments[task, f, 2]
+                if n_b == 0:
+                    continue
+                n_t = n_a + n_b
+                delta = m_b - m_a
+                m_a += delta * n_b / n_t
+                m2_a += m2_b + delta * delta * n_a * n_b / n_t
+                n_a = n_t
+            mean[f] = np.float32(m_a)
+            variance[f] = np.float32(m2_a / (n_a - 1))
 
 
 @njit(cache=True, inline="always")

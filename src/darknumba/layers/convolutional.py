@@ -42,6 +42,7 @@ BATCH_COLUMNS = 1 << 24
 # wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
 # training) and loses from K = 288 on, where BLAS runs near its peak
 DIRECT_MAX_K = 160
+_EMPTY = np.empty(0, np.float32)     # the direct kernel's mean / variance when not wanted
 
 # maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
 # nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
@@ -59,14 +60,17 @@ def get_activation(section, key="activation", default="logistic"):
     return name
 
 
-def forward_batchnorm(l, net):
+def forward_batchnorm(l, net, stats_done=False):
     """forward_batchnorm_layer for conv/connected outputs already in l.output (then activation).
 
-    Train mode: batch mean and *unbiased* variance, rolling stats updated 0.99/0.01 during the
-    forward pass, x and x_norm kept for backward. Test mode: rolling statistics."""
+    Train mode: batch mean and *unbiased* variance (already in l.mean / l.variance when
+    stats_done), rolling stats updated 0.99/0.01 during the forward pass, x and x_norm kept for
+    backward. Test mode: rolling statistics."""
     n, spatial = l.out_c, l.out_h * l.out_w
     if net.train:
-        if getattr(l, "compat", None) == "darknet-cpu":
+        if stats_done:
+            pass
+        elif getattr(l, "compat", None) == "darknet-cpu":
             # Darknet's two passes: the variance subtracts the float32 mean in float32
             mean_cpu(l.output, l.batch, n, spatial, l.mean)
             variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
@@ -238,9 +242,9 @@ class ConvolutionalLayer(Layer):
         n = self.out_h * self.out_w
         cg = self.c // self.groups
         if self._direct_thin():
-            conv3x3_direct_cpu(net.input, self.batch, self.c, self.h, self.w, self.weights,
-                               self.n, self.pad, self.output, False)
-        elif self.groups == 1 and self.batch > 1 and n < BATCH_GEMM_MAX_N:
+            self._forward_direct(net)
+            return
+        if self.groups == 1 and self.batch > 1 and n < BATCH_GEMM_MAX_N:
             self._forward_gemms_batched(net, m, k, n)
         else:
             self._forward_gemms_per_image(net, m, k, n, cg)
@@ -248,6 +252,19 @@ class ConvolutionalLayer(Layer):
             forward_batchnorm(self, net)
         else:
             bias_activate(self.output, self.biases, self.batch, self.n, n, self.activation_id)
+
+    def _forward_direct(self, net):
+        """Thin 3x3 convolution; in train mode with the batch statistics computed as its rows
+        are produced (Darknet's two-pass float32 variance under compat="darknet-cpu")."""
+        stats = net.train and self.batch_normalize and self.compat != "darknet-cpu"
+        conv3x3_direct_cpu(net.input, self.batch, self.c, self.h, self.w, self.weights, self.n,
+                           self.pad, self.output, False, self.mean if stats else _EMPTY,
+                           self.variance if stats else _EMPTY)
+        if self.batch_normalize:
+            forward_batchnorm(self, net, stats_done=stats)
+        else:
+            bias_activate(self.output, self.biases, self.batch, self.n,
+                          self.out_h * self.out_w, self.activation_id)
 
     def _forward_gemms_per_image(self, net, m, k, n, cg):
         x, out = net.input, self.output
@@ -322,7 +339,7 @@ class ConvolutionalLayer(Layer):
         flipped = scratch_of(net)("conv_flipped", self.nweights)
         flip_weights(self.weights, self.n, self.c, self.size, flipped)
         conv3x3_direct_cpu(self.delta, self.batch, self.n, self.out_h, self.out_w, flipped,
-                           self.c, 2 - self.pad, net.delta, True)
+                           self.c, 2 - self.pad, net.delta, True, _EMPTY, _EMPTY)
 
     def _backward_gemms_batched(self, net, m, k, n):
         """The weight and input gradients of up to `bc` images in one GEMM each: the images'
