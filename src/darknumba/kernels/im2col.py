@@ -3,6 +3,7 @@
 data_im:  [batch x] channels x height x width
 data_col: (channels*ksize*ksize) x ([batch x] height_col*width_col), row c = (c_im, ky, kx)
 """
+import numpy as np
 from numba import njit, prange
 
 
@@ -53,6 +54,10 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
             h_offset = kk // ksize
             c = c_im * ksize * ksize + kk
             base = c * ld + b * n
+            if stride == 1 and width_col == width:
+                _shifted_block(data_col, base, data_im, im_base, height, width, height_col,
+                               h_offset - pad, w_offset - pad)
+                continue
             # output columns whose input column w_offset + w*stride - pad lies inside the image
             col0 = w_offset - pad
             w_lo, w_hi = valid_span(col0, stride, width_col, width)
@@ -77,6 +82,42 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
                     data_col[row + w] = 0.0
 
 
+@njit(cache=True, inline="always")
+def _shifted_block(data_col, base, data_im, im_base, height, width, height_col, dy, dx):
+    """One column-matrix block of a stride-1 'same-width' convolution: entry (h, w) is pixel
+    (h + dy, w + dx), i.e. the flat image shifted by dy*width + dx. Copied as one contiguous
+    run (long vector copies, not one short row at a time), then the entries whose column
+    wrapped to the neighbouring row (w + dx outside [0, width)) are zeroed."""
+    h_lo = min(height_col, max(0, -dy))
+    h_hi = max(h_lo, min(height_col, height - dy))
+    block = data_col[base:base + height_col * width]
+    block[:h_lo * width] = 0.0
+    block[h_hi * width:] = 0.0
+    if h_hi <= h_lo:
+        return
+    lo = h_lo * width
+    hi = h_hi * width
+    src_lo = im_base + (h_lo + dy) * width + dx
+    # the first / last entry may fall one pixel outside the plane: those are wrapped ones
+    if src_lo < im_base:
+        lo += im_base - src_lo
+        src_lo = im_base
+    src_hi = src_lo + (hi - lo)
+    plane_end = im_base + height * width
+    if src_hi > plane_end:
+        hi -= src_hi - plane_end
+        src_hi = plane_end
+    block[lo:hi] = data_im[src_lo:src_hi]
+    if dx < 0:
+        for h in range(h_lo, h_hi):
+            for w in range(-dx):
+                block[h * width + w] = 0.0
+    elif dx > 0:
+        for h in range(h_lo, h_hi):
+            for w in range(width - dx, width):
+                block[h * width + w] = 0.0
+
+
 @njit(parallel=True, cache=True)
 def col2im_batch_cpu(data_col, batch, channels, height, width, ksize, stride, pad, data_im):
     """Adjoint of im2col_batch_cpu: adds the columns of image b back into image b of data_im.
@@ -85,6 +126,13 @@ def col2im_batch_cpu(data_col, batch, channels, height, width, ksize, stride, pa
     width_col = (width + 2 * pad - ksize) // stride + 1
     n = height_col * width_col
     ld = batch * n
+    same = stride == 1 and width_col == width
+    # stride-1 'same-width': keep[kx, i] says whether column entry i of a kernel-column-kx
+    # block maps to a pixel of its own row (not one wrapped to the neighbouring row)
+    keep = np.zeros((ksize if same else 0, n), np.bool_)
+    for kx in range(keep.shape[0]):
+        for i in range(n):
+            keep[kx, i] = 0 <= i % width + kx - pad < width
     for bc in prange(batch * channels):
         b = bc // channels
         c_im = bc % channels
@@ -93,6 +141,10 @@ def col2im_batch_cpu(data_col, batch, channels, height, width, ksize, stride, pa
             c = c_im * ksize * ksize + kk
             w_offset = kk % ksize
             h_offset = kk // ksize
+            if same:
+                _add_shifted_block(data_im, im_base, data_col, c * ld + b * n, keep[w_offset],
+                                   height, width, height_col, h_offset - pad, w_offset - pad)
+                continue
             col0 = w_offset - pad
             w_lo, w_hi = valid_span(col0, stride, width_col, width)
             if w_hi <= w_lo:
@@ -111,3 +163,30 @@ def col2im_batch_cpu(data_col, batch, channels, height, width, ksize, stride, pa
                     d_ = data_im[first + w_lo * stride:first + (w_hi - 1) * stride + 1:stride]
                     for w in range(w_hi - w_lo):
                         d_[w] += s_[w]
+
+
+@njit(cache=True, inline="always")
+def _add_shifted_block(data_im, im_base, data_col, base, keep, height, width, height_col, dy, dx):
+    """The adjoint of _shifted_block: adds block entry (h, w) into pixel (h + dy, w + dx) as one
+    contiguous run over the flat image, entries wrapped to the neighbouring row (keep False)
+    adding nothing. The block is read, never written."""
+    h_lo = min(height_col, max(0, -dy))
+    h_hi = max(h_lo, min(height_col, height - dy))
+    if h_hi <= h_lo:
+        return
+    lo = h_lo * width
+    hi = h_hi * width
+    dst_lo = im_base + (h_lo + dy) * width + dx
+    if dst_lo < im_base:
+        lo += im_base - dst_lo
+        dst_lo = im_base
+    dst_hi = dst_lo + (hi - lo)
+    plane_end = im_base + height * width
+    if dst_hi > plane_end:
+        hi -= dst_hi - plane_end
+        dst_hi = plane_end
+    src = data_col[base + lo:base + hi]
+    k = keep[lo:hi]
+    dst = data_im[dst_lo:dst_hi]
+    for i in range(hi - lo):
+        dst[i] += src[i] if k[i] else np.float32(0.0)
