@@ -9,7 +9,7 @@ from darknumba.kernels.direct import (conv3x3_direct_cpu, conv3x3_direct_weight_
 
 rng = np.random.default_rng(11)
 EMPTY = np.empty(0, np.float32)
-NO_EPI = (EMPTY, EMPTY)          # no batch statistics wanted
+NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0, EMPTY, EMPTY)          # raw sums only
 
 # (batch, c, h, w, n, pad): filter counts with and without a remainder of 4, pads 0..2,
 # maps narrower than the kernel's padding, and rows long enough to vectorise
@@ -69,7 +69,7 @@ def test_direct_batch_statistics_equal_a_separate_sweep():
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, raw, False, *NO_EPI)
     got = np.empty_like(raw)
     m, v = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, m, v)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, EMPTY, EMPTY, EMPTY, EMPTY, 0, m, v)
     np.testing.assert_array_equal(got, raw)                  # the raw sums are kept
     ref = raw.astype(np.float64).reshape(b, n, -1).transpose(1, 0, 2).reshape(n, -1)
     np.testing.assert_allclose(m, ref.mean(1), rtol=1e-6, atol=1e-7)
@@ -78,6 +78,29 @@ def test_direct_batch_statistics_equal_a_separate_sweep():
     mean_variance_cpu(raw, b, n, h * w, rm, rv)
     np.testing.assert_allclose(m, rm, rtol=1e-6, atol=1e-7)
     np.testing.assert_allclose(v, rv, rtol=1e-6)
+
+
+@pytest.mark.parametrize("act", [0, 3, 7])      # logistic, linear, leaky
+def test_direct_fused_epilogues_equal_the_separate_sweeps(act):
+    from darknumba.kernels.fused import batchnorm_bias_activate, bias_activate
+    b, c, h, w, n, pad = 2, 3, 9, 11, 6, 1
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    raw = np.empty(b * n * h * w, np.float32)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, raw, False, *NO_EPI)
+    mean, scales, biases = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    var = rng.uniform(0.5, 2, n).astype(np.float32)
+    got = np.empty_like(raw)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, mean, var, scales, biases, act,
+                       EMPTY, EMPTY)
+    ref = raw.copy()
+    batchnorm_bias_activate(ref, mean, var, scales, biases, b, n, h * w, act)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, EMPTY, EMPTY, EMPTY, biases, act,
+                       EMPTY, EMPTY)
+    ref = raw.copy()
+    bias_activate(ref, biases, b, n, h * w, act)
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
 
 
 def test_direct_check_can_fail():

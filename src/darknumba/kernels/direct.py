@@ -16,8 +16,12 @@ the weights transposed (filters <-> channels) and rotated 180 degrees, with padd
 Layouts (Darknet's): x [batch x c x h x w], weights [n x c x 3 x 3],
 out [batch x n x out_h x out_w], out_h = h + 2*pad - 2.
 """
+import math
+
 import numpy as np
 from numba import njit, prange
+
+from .activations import activate_row
 
 ROWS_PER_TASK = 8   # output rows per parallel iteration (strip and accumulators allocated once)
 
@@ -94,22 +98,28 @@ def _row_moments(row):
 
 
 @njit(parallel=True, cache=True, fastmath={"contract"})
-def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, mean, variance):
+def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_mean, bn_variance,
+                       scales, biases, act, stats_mean, stats_variance):
     """out = conv(x, weights) (or out += with accumulate): 3x3, stride 1, zero padding `pad`.
 
-    With non-empty mean / variance, the per-filter batch mean and unbiased variance of out are
-    computed from each row while it is in cache (two passes over the row in float64, rows
-    combined with Chan's formula): the training batch norm's statistics without a sweep over
-    the layer's output (as mean_variance_cpu computes them). Fusing the inference batch norm
-    the same way measured slower than its own sweep (the division is then on the critical
-    path) and is not done."""
+    The layer's next sweep is done on each row while it is in cache (empty arrays switch a
+    part off):
+    - biases non-empty: the epilogue, act(((v - bn_mean) / (sqrt(bn_variance) + 1e-6)) *
+      scales + biases) with batch norm (bn_mean non-empty) or act(v + biases) without: the
+      operations of batchnorm_bias_activate / bias_activate, contracted into multiply-adds
+      (within one float32 rounding of the separate sweep);
+    - stats_mean non-empty: the per-filter batch mean and unbiased variance of the raw sums,
+      two passes over each row in float64, rows combined with Chan's formula (as
+      mean_variance_cpu computes them): the training batch norm's statistics."""
     out_h = h + 2 * pad - 2
     out_w = w + 2 * pad - 2
     K = c * 9
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     # per task and filter: (count, mean, M2) of the rows it produced
-    stats = mean.size > 0
+    stats = stats_mean.size > 0
+    epilogue = biases.size > 0
+    bn = bn_mean.size > 0
     moments = np.zeros((tasks if stats else 0, n, 3))
     for task in prange(tasks):
         strip = np.empty((c, 3, w + 2 * pad), np.float32)
@@ -129,6 +139,18 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, mean
                 for q in range(q_n):
                     f = oc0 + q
                     row = acc[q]
+                    if epilogue:
+                        bias = biases[f]
+                        if bn:
+                            m = bn_mean[f]
+                            d = np.float32(math.sqrt(bn_variance[f])) + np.float32(0.000001)
+                            sc = scales[f]
+                            for k in range(out_w):
+                                row[k] = ((row[k] - m) / d) * sc + bias
+                        else:
+                            for k in range(out_w):
+                                row[k] += bias
+                        activate_row(row, act)
                     if stats:
                         m_r, m2_r = _row_moments(row)
                         mo = moments[task, f]
@@ -158,8 +180,8 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, mean
                 m_a += delta * n_b / n_t
                 m2_a += m2_b + delta * delta * n_a * n_b / n_t
                 n_a = n_t
-            mean[f] = np.float32(m_a)
-            variance[f] = np.float32(m2_a / (n_a - 1))
+            stats_mean[f] = np.float32(m_a)
+            stats_variance[f] = np.float32(m2_a / (n_a - 1))
 
 
 @njit(cache=True, inline="always")

@@ -42,7 +42,8 @@ BATCH_COLUMNS = 1 << 24
 # wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
 # training) and loses from K = 288 on, where BLAS runs near its peak
 DIRECT_MAX_K = 160
-_EMPTY = np.empty(0, np.float32)     # the direct kernel's mean / variance when not wanted
+_EMPTY = np.empty(0, np.float32)     # the direct kernel's arrays for what is not wanted
+_NO_EPILOGUE = (_EMPTY, _EMPTY, _EMPTY, _EMPTY, 0, _EMPTY, _EMPTY)
 
 # maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
 # nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
@@ -254,17 +255,23 @@ class ConvolutionalLayer(Layer):
             bias_activate(self.output, self.biases, self.batch, self.n, n, self.activation_id)
 
     def _forward_direct(self, net):
-        """Thin 3x3 convolution; in train mode with the batch statistics computed as its rows
-        are produced (Darknet's two-pass float32 variance under compat="darknet-cpu")."""
-        stats = net.train and self.batch_normalize and self.compat != "darknet-cpu"
-        conv3x3_direct_cpu(net.input, self.batch, self.c, self.h, self.w, self.weights, self.n,
-                           self.pad, self.output, False, self.mean if stats else _EMPTY,
-                           self.variance if stats else _EMPTY)
-        if self.batch_normalize:
-            forward_batchnorm(self, net, stats_done=stats)
+        """Thin 3x3 convolution with the next sweep fused into its rows: the biases or the
+        test-mode batch norm and the activation, or in train mode the batch statistics (not
+        under compat="darknet-cpu", which keeps Darknet's two-pass float32 variance)."""
+        e = _EMPTY
+        args = (net.input, self.batch, self.c, self.h, self.w, self.weights, self.n, self.pad,
+                self.output, False)
+        act = self.activation_id
+        if not self.batch_normalize:
+            conv3x3_direct_cpu(*args, e, e, e, self.biases, act, e, e)
+        elif not net.train:
+            conv3x3_direct_cpu(*args, self.rolling_mean, self.rolling_variance, self.scales,
+                               self.biases, act, e, e)
         else:
-            bias_activate(self.output, self.biases, self.batch, self.n,
-                          self.out_h * self.out_w, self.activation_id)
+            stats = self.compat != "darknet-cpu"
+            conv3x3_direct_cpu(*args, e, e, e, e, 0, self.mean if stats else e,
+                               self.variance if stats else e)
+            forward_batchnorm(self, net, stats_done=stats)
 
     def _forward_gemms_per_image(self, net, m, k, n, cg):
         x, out = net.input, self.output
@@ -339,7 +346,7 @@ class ConvolutionalLayer(Layer):
         flipped = scratch_of(net)("conv_flipped", self.nweights)
         flip_weights(self.weights, self.n, self.c, self.size, flipped)
         conv3x3_direct_cpu(self.delta, self.batch, self.n, self.out_h, self.out_w, flipped,
-                           self.c, 2 - self.pad, net.delta, True, _EMPTY, _EMPTY)
+                           self.c, 2 - self.pad, net.delta, True, *_NO_EPILOGUE)
 
     def _backward_gemms_batched(self, net, m, k, n):
         """The weight and input gradients of up to `bc` images in one GEMM each: the images'
