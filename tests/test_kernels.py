@@ -312,10 +312,12 @@ def test_fused_batchnorm_backward_equals_darknets_seven_kernels(train):
     from darknumba.kernels.fused import batchnorm_backward
     b, f, s = 3, 5, 37
     x = rand(b * f * s) * 2 + 0.5
-    x_norm = rand(b * f * s)
     delta = rand(b * f * s)
     mean = rand(f)
     var = np.abs(rand(f)) + 0.1
+    x_mean, x_var = rand(f), np.abs(rand(f)) + 0.1          # the statistics x_norm came from
+    d = (np.sqrt(x_var) + np.float32(1e-6)).astype(np.float32)
+    x_norm = ((x.reshape(b, f, s) - x_mean[:, None]) / d[:, None]).astype(np.float32).ravel()
     scales = rand(f)
     bu, su, md, vd = (rand(f) for _ in range(4))
     ref = [delta.copy(), bu.copy(), su.copy(), md.copy(), vd.copy()]
@@ -326,7 +328,8 @@ def test_fused_batchnorm_backward_equals_darknets_seven_kernels(train):
     variance_delta_cpu(x, ref[0], mean, var, b, f, s, ref[4])
     normalize_delta_cpu(x, mean, var, ref[3], ref[4], b, f, s, ref[0])
     got = [delta.copy(), bu.copy(), su.copy(), md.copy(), vd.copy()]
-    batchnorm_backward(got[0], x, x_norm, mean, var, scales, b, f, s, got[1], got[2], got[3], got[4])
+    batchnorm_backward(got[0], x, mean, var, scales, b, f, s, got[1], got[2], got[3], got[4], x_mean,
+                       x_var)
     for name, g, r in zip(["delta", "bias_updates", "scale_updates", "mean_delta", "variance_delta"], got, ref):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max(), err_msg=name)
 
@@ -357,3 +360,22 @@ def test_add_transposed(m, k):
     ref = dst + src.T
     add_transposed(dst, src)
     np.testing.assert_array_equal(dst, ref)
+
+
+@pytest.mark.parametrize("c,k,stride", [(3, 3, 1), (40, 3, 1), (4, 3, 2)])   # direct and GEMM paths
+def test_x_norm_is_what_the_forward_pass_normalised(c, k, stride):
+    """l.x_norm is recomputed from x, not kept: with unit scales, zero biases and a linear
+    activation the train-mode output *is* the normalised x, so the two must agree bit for bit."""
+    from darknumba.layers.convolutional import ConvolutionalLayer
+    from darknumba.network import Network
+    b, h, w, n = 2, 7, 6, 5
+    l = ConvolutionalLayer(b, h, w, c, n, 1, k, stride, 1, "linear", batch_normalize=True)
+    l.weights[:] = rand(l.nweights)
+    net = Network()
+    net.layers = [l]
+    net.batch, net.h, net.w, net.c, net.inputs = b, h, w, c, h * w * c
+    net.alloc_workspace()
+    net.forward(rand(b * c * h * w) + 3, train=True)
+    assert l.x_norm is not None and not np.array_equal(l.x_norm, l.x)
+    np.testing.assert_array_equal(l.x_norm, l.output)
+    assert ConvolutionalLayer(b, h, w, c, n, 1, k, stride, 1, "linear").x_norm is None

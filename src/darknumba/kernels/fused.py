@@ -17,7 +17,7 @@ def batchnorm_bias_activate(x, mean, variance, scales, biases, batch, filters, s
         f = bf % filters
         base = bf * spatial
         m = mean[f]
-        d = np.float32(math.sqrt(variance[f])) + np.float32(0.000001)
+        d = bn_divisor(variance[f])
         s = scales[f]
         bias = biases[f]
         for lo in range(0, spatial, CHUNK):   # chunks stay in cache between the two sweeps
@@ -39,56 +39,77 @@ def bias_activate(x, biases, batch, filters, spatial, a):
             activate_row(row, a)
 
 
+@njit(cache=True, inline="always")
+def bn_divisor(variance):
+    """sqrt(var) + 1e-6: the forward pass's normaliser (epsilon outside the sqrt)."""
+    return np.float32(math.sqrt(variance)) + np.float32(0.000001)
+
+
 @njit(parallel=True, cache=True)
-def batchnorm_train_epilogue(x, x_saved, x_norm, mean, variance, scales, biases, batch, filters,
-                             spatial, a):
+def batchnorm_train_epilogue(x, x_saved, mean, variance, scales, biases, batch, filters, spatial,
+                             a):
     """The train-mode tail of Darknet's forward_batchnorm_layer in one sweep, same float
-    operations in the same order: keep x, normalise with the batch statistics, keep x_norm,
-    scale, add the bias, activate."""
+    operations in the same order: keep x, normalise with the batch statistics, scale, add the
+    bias, activate. x_norm is not kept: backward recomputes it from x with these operations."""
     for bf in prange(batch * filters):
         f = bf % filters
         base = bf * spatial
         m = mean[f]
-        d = np.float32(math.sqrt(variance[f])) + np.float32(0.000001)
+        d = bn_divisor(variance[f])
         s = scales[f]
         bias = biases[f]
         for lo in range(0, spatial, CHUNK):
             hi = min(spatial, lo + CHUNK)
             row = x[base + lo:base + hi]
             keep = x_saved[base + lo:base + hi]
-            norm = x_norm[base + lo:base + hi]
             for k in range(row.size):
                 v = row[k]
                 keep[k] = v
-                v = (v - m) / d
-                norm[k] = v
-                row[k] = v * s + bias
+                row[k] = ((v - m) / d) * s + bias
             activate_row(row, a)
 
 
+@njit(parallel=True, cache=True)
+def batchnorm_x_norm(x, mean, variance, batch, filters, spatial, x_norm):
+    """x_norm = (x - mean) / (sqrt(var) + 1e-6), as the forward pass computed it."""
+    for bf in prange(batch * filters):
+        f = bf % filters
+        m = mean[f]
+        d = bn_divisor(variance[f])
+        src = x[bf * spatial:(bf + 1) * spatial]
+        dst = x_norm[bf * spatial:(bf + 1) * spatial]
+        for k in range(spatial):
+            dst[k] = (src[k] - m) / d
+
+
 @njit(parallel=True, cache=True, fastmath={"reassoc"})
-def batchnorm_backward(delta, x, x_norm, mean, variance, scales, batch, filters, spatial,
-                       bias_updates, scale_updates, mean_delta, variance_delta):
+def batchnorm_backward(delta, x, mean, variance, scales, batch, filters, spatial,
+                       bias_updates, scale_updates, mean_delta, variance_delta, x_mean,
+                       x_variance):
     """Darknet's backward_batchnorm_layer (backward_bias, backward_scale_cpu, scale_bias,
     mean_delta_cpu, variance_delta_cpu, normalize_delta_cpu) in two sweeps instead of seven:
-    the three per-channel sums at once (float64), then the delta rewrite. The scale is
-    applied to the sums rather than to every delta first, a reassociation far below float32
-    precision. Epsilon 1e-5 inside the sqrt, as Darknet's backward."""
+    the three per-channel sums at once (float64), then the delta rewrite. x_norm is recomputed
+    from x with the forward pass's statistics x_mean / x_variance and float operations (so it
+    equals what forward computed, bit for bit); mean / variance are the statistics the
+    gradient goes through (the batch's in train mode). The scale is applied to the sums
+    rather than to every delta first, a reassociation far below float32 precision. Epsilon
+    1e-5 inside the sqrt, as Darknet's backward."""
     inv_n = 1.0 / (spatial * batch)
     for f in prange(filters):
         s1 = 0.0
         s2 = 0.0
         s3 = 0.0
         m = mean[f]
+        xm = x_mean[f]
+        xd = bn_divisor(x_variance[f])
         for b in range(batch):
             base = (b * filters + f) * spatial
             d = delta[base:base + spatial]
-            xn = x_norm[base:base + spatial]
             xr = x[base:base + spatial]
             for k in range(spatial):
                 dk = np.float64(d[k])
                 s1 += dk
-                s2 += dk * xn[k]
+                s2 += dk * np.float32((xr[k] - xm) / xd)
                 s3 += dk * (xr[k] - m)
         s = np.float64(scales[f])
         v = np.float64(variance[f] + np.float32(0.00001))

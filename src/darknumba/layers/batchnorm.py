@@ -39,7 +39,6 @@ class BatchnormLayer(Layer):
         self.inputs = self.outputs = w * h * self.c
         self._alloc_io()
         self.x = zeros(self.batch * self.outputs)
-        self.x_norm = zeros(self.batch * self.outputs)
 
     def forward(self, net):
         """forward_batchnorm_layer"""

@@ -29,7 +29,6 @@ class ConnectedLayer(Layer):
         alloc_params(self, inputs * outputs, outputs)
         if self.batch_normalize:
             self.x = zeros(batch * outputs)
-            self.x_norm = zeros(batch * outputs)
         self.learning_rate_scale = 1.0
         self.compat = None
         self._alloc_io()

@@ -65,7 +65,7 @@ def forward_batchnorm(l, net, stats_done=False):
     """forward_batchnorm_layer for conv/connected outputs already in l.output (then activation).
 
     Train mode: batch mean and *unbiased* variance (already in l.mean / l.variance when
-    stats_done), rolling stats updated 0.99/0.01 during the forward pass, x and x_norm kept for
+    stats_done), rolling stats updated 0.99/0.01 during the forward pass, x kept for
     backward. Test mode: rolling statistics."""
     n, spatial = l.out_c, l.out_h * l.out_w
     if net.train:
@@ -81,8 +81,8 @@ def forward_batchnorm(l, net, stats_done=False):
         axpy_cpu(n, 0.01, l.mean, l.rolling_mean)
         scal_cpu(n, 0.99, l.rolling_variance)
         axpy_cpu(n, 0.01, l.variance, l.rolling_variance)
-        # copy x, normalize, copy x_norm, scale, add bias, activate: one sweep
-        batchnorm_train_epilogue(l.output, l.x, l.x_norm, l.mean, l.variance, l.scales, l.biases,
+        # copy x, normalize, scale, add bias, activate: one sweep (x_norm is recomputed)
+        batchnorm_train_epilogue(l.output, l.x, l.mean, l.variance, l.scales, l.biases,
                                  l.batch, n, spatial, l.activation_id)
     else:
         batchnorm_bias_activate(l.output, l.rolling_mean, l.rolling_variance, l.scales, l.biases,
@@ -95,8 +95,9 @@ def backward_batchnorm(l, net):
     batch mean and variance (train mode) or the rolling statistics (test mode)."""
     n, spatial = l.out_c, l.out_h * l.out_w
     mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
-    batchnorm_backward(l.delta, l.x, l.x_norm, mean, variance, l.scales, l.batch, n, spatial,
-                       l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta)
+    batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
+                       l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta, l.mean,
+                       l.variance)
 
 
 def alloc_params(l, nweights, n):
@@ -183,7 +184,6 @@ class ConvolutionalLayer(Layer):
         self._alloc_io()
         if self.batch_normalize:
             self.x = zeros(self.batch * self.outputs)
-            self.x_norm = zeros(self.batch * self.outputs)
         self.workspace_size = 0 if self._direct_1x1() or self._direct_thin() else \
             self.out_h * self.out_w * self.size * self.size * self.c // self.groups
 

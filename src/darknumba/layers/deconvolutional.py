@@ -44,7 +44,6 @@ class DeconvolutionalLayer(Layer):
         self._alloc_io()
         if self.batch_normalize:
             self.x = zeros(self.batch * self.outputs)
-            self.x_norm = zeros(self.batch * self.outputs)
         self.workspace_size = h * w * self.size * self.size * self.n
 
     @classmethod

@@ -1,6 +1,6 @@
 """What the recurrent layers ([rnn], [gru], [lstm], [crnn]) share: sub-layers (connected or
 convolutional) built for one time step of `batch` sequences, whose output / delta (and batch
-norm x / x_norm, and batch mean / variance) are views into buffers holding all `steps` time
+norm x, and batch mean / variance) are views into buffers holding all `steps` time
 steps. Darknet keeps one mean / variance per sub-layer, so its backward through batch norm uses
 the last step's statistics at every step; per-step ones make the gradient exact. `at(t)` points the
 views at step t (Darknet's increment_layer). Input and output are laid out [step][batch][...].
@@ -23,7 +23,6 @@ class StepBuffers:
         self.bn = bool(getattr(layer, "batch_normalize", False))
         if self.bn:
             self.x = zeros(steps * self.n)
-            self.x_norm = zeros(steps * self.n)
             self.nc = layer.mean.size
             self.mean = zeros(steps * self.nc)
             self.variance = zeros(steps * self.nc)
@@ -34,7 +33,6 @@ class StepBuffers:
         l.delta = self.delta[t * n:(t + 1) * n]
         if self.bn:
             l.x = self.x[t * n:(t + 1) * n]
-            l.x_norm = self.x_norm[t * n:(t + 1) * n]
             l.mean = self.mean[t * self.nc:(t + 1) * self.nc]
             l.variance = self.variance[t * self.nc:(t + 1) * self.nc]
         return l
