@@ -379,3 +379,17 @@ def test_x_norm_is_what_the_forward_pass_normalised(c, k, stride):
     assert l.x_norm is not None and not np.array_equal(l.x_norm, l.x)
     np.testing.assert_array_equal(l.x_norm, l.output)
     assert ConvolutionalLayer(b, h, w, c, n, 1, k, stride, 1, "linear").x_norm is None
+
+
+@pytest.mark.parametrize("s1,s2", [(1.0, 1.0), (0.5, -2.0)])
+def test_same_shape_shortcut_equals_copy_then_shortcut(s1, s2):
+    from darknumba.kernels.blas import shortcut_same_cpu
+    b, w, h, c = 2, 5, 4, 3
+    x, add = rand(b * c * h * w), rand(b * c * h * w)
+    ref = x.copy()
+    shortcut_cpu(b, w, h, c, add, w, h, c, s1, s2, ref)
+    out = np.full_like(x, np.nan)
+    shortcut_same_cpu(x.size, s1, x, s2, add, out)
+    np.testing.assert_array_equal(out, ref)
+    shortcut_same_cpu(x.size, s1, x, s2, add, x)            # in place
+    np.testing.assert_array_equal(x, ref)

@@ -3,6 +3,8 @@ import time
 
 import numpy as np
 
+from .network import zero_delta
+
 
 def _table(net, fwd_ms, bwd_ms=None) -> str:
     total = fwd_ms.sum() + (bwd_ms.sum() if bwd_ms is not None else 0)
@@ -50,7 +52,7 @@ def profile_train(net, x, truth, reps: int = 3) -> str:
         for i, l in enumerate(net.layers):
             net.index = i
             t = time.perf_counter()
-            l.delta.fill(0.0)
+            zero_delta(l.delta)
             l.forward(net)
             fwd[r, i] = time.perf_counter() - t
             net.input = l.output

@@ -1,6 +1,6 @@
 """[shortcut] (Darknet's `shortcut_layer.c`): out = act(alpha*prev + beta*from)."""
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
-from ..kernels.blas import axpy_cpu, copy_cpu, shortcut_cpu
+from ..kernels.blas import axpy_cpu, copy_cpu, shortcut_cpu, shortcut_same_cpu
 from .base import Layer
 from .convolutional import get_activation
 
@@ -46,10 +46,17 @@ class ShortcutLayer(Layer):
     def forward(self, net):
         """forward_shortcut_layer"""
         n = self.outputs * self.batch
-        copy_cpu(n, net.input, self.output)
-        shortcut_cpu(self.batch, self.w, self.h, self.c, net.layers[self.index].output,
-                     self.out_w, self.out_h, self.out_c, self.alpha, self.beta, self.output)
+        if self._same_shape():
+            shortcut_same_cpu(n, self.alpha, net.input, self.beta,
+                              net.layers[self.index].output, self.output)
+        else:
+            copy_cpu(n, net.input, self.output)
+            shortcut_cpu(self.batch, self.w, self.h, self.c, net.layers[self.index].output,
+                         self.out_w, self.out_h, self.out_c, self.alpha, self.beta, self.output)
         activate_array(self.output, n, self.activation_id)
+
+    def _same_shape(self):
+        return (self.w, self.h, self.c) == (self.out_w, self.out_h, self.out_c)
 
     def backward(self, net):
         """backward_shortcut_layer"""
@@ -57,8 +64,12 @@ class ShortcutLayer(Layer):
         gradient_array(self.output, n, self.activation_id, self.delta)
         if net.delta is not None:
             axpy_cpu(n, self.alpha, self.delta, net.delta)
-        shortcut_cpu(self.batch, self.out_w, self.out_h, self.out_c, self.delta, self.w, self.h,
-                     self.c, 1.0, self.beta, net.layers[self.index].delta)
+        prev = net.layers[self.index].delta
+        if self._same_shape():
+            shortcut_same_cpu(n, 1.0, prev, self.beta, self.delta, prev)
+        else:
+            shortcut_cpu(self.batch, self.out_w, self.out_h, self.out_c, self.delta, self.w,
+                         self.h, self.c, 1.0, self.beta, prev)
 
     def describe(self):
         return (f"res  {self.index:3d}                {self.w:4d} x{self.h:4d} x{self.c:4d}   ->  "
