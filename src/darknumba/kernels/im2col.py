@@ -73,7 +73,10 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
                 for w in range(w_lo):
                     data_col[row + w] = 0.0
                 first = im_base + im_row * width + col0
-                if w_hi - w_lo < 64 or stride != 1:
+                if stride == 2:                      # a constant stride: loads vectorise
+                    for w in range(w_lo, w_hi):
+                        data_col[row + w] = data_im[first + 2 * w]
+                elif w_hi - w_lo < 64 or stride != 1:
                     for w in range(w_lo, w_hi):
                         data_col[row + w] = data_im[first + w * stride]
                 else:                                # long rows: slices vectorise
