@@ -72,6 +72,11 @@ def test_gemm_reference_and_fast_path_agree_with_numpy(ta, tb, beta):
     c2 = C0.ravel().copy()
     gemm(ta, tb, M, N, K, 1.5, A, B, beta, c2)
     np.testing.assert_allclose(c2.reshape(M, N), ref, rtol=1e-5, atol=1e-5)
+    # alpha 1: the paths without a scaling (the weight gradient's C += A @ B^T among them)
+    ref1 = ((A.T if ta else A).astype(np.float64) @ (B.T if tb else B)) + beta * C0
+    c3 = C0.ravel().copy()
+    gemm(ta, tb, M, N, K, 1.0, A, B, beta, c3)
+    np.testing.assert_allclose(c3.reshape(M, N), ref1, rtol=1e-5, atol=1e-5)
 
 
 def naive_maxpool(x, b, c, h, w, size, stride, pad):

@@ -57,6 +57,9 @@ def gemm(TA, TB, M, N, K, ALPHA, A, B, BETA, C):
     if BETA == 0 and ALPHA == 1 and not transposed:
         np.matmul(a, b, out=c)
         return
+    if transposed and ALPHA == 1 and BETA == 1 and c.flags.c_contiguous:
+        add_transposed(c, np.matmul(b.T, a.T))      # numpy's strided += is slow on large C
+        return
     prod = np.matmul(b.T, a.T).T if transposed else np.matmul(a, b)
     if ALPHA != 1:
         prod *= np.float32(ALPHA)
