@@ -49,6 +49,9 @@ def main():
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None
     net = dn.load_network(args.cfg, weights, batch=args.batch)
+    if weights is None:
+        from darknumba.profile import unit_rolling_variance
+        unit_rolling_variance(net)
     x = np.random.default_rng(0).uniform(0, 1, (args.batch, net.c, net.h, net.w)).astype(np.float32)
     t1 = time.perf_counter()
     net.forward(x)

@@ -6,6 +6,15 @@ import numpy as np
 from .network import zero_delta
 
 
+def unit_rolling_variance(net):
+    """For timing with random weights: Darknet starts the rolling variance at 0, so a test-mode
+    forward of an untrained network divides by sqrt(0) + 1e-6 and overflows to inf / NaN within
+    a few layers (as C darknet does). Setting it to 1 keeps the timed values finite."""
+    for l in net.layers:
+        if getattr(l, "rolling_variance", None) is not None:
+            l.rolling_variance[:] = 1.0
+
+
 def _table(net, fwd_ms, bwd_ms=None) -> str:
     total = fwd_ms.sum() + (bwd_ms.sum() if bwd_ms is not None else 0)
     head = f"{'layer':>5} {'type':<14}{'fwd ms':>8} {'GFLOPS':>7}"

@@ -19,8 +19,10 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
     import numpy as np
 
     from ..parser import load_network
-    from ..profile import profile_forward, profile_train
+    from ..profile import profile_forward, profile_train, unit_rolling_variance
     net = load_network(cfg, weights, batch=batch)
+    if weights is None:
+        unit_rolling_variance(net)
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 1, (batch, net.c, net.h, net.w)).astype(np.float32)
     if train:
