@@ -68,21 +68,6 @@ def _taps4(a0, a1, a2, a3, strip, weights, K, oc0, c, out_w):
                 a3[j] = ((a3[j] + w30 * v0) + w31 * v1) + w32 * v2
 
 
-@njit(cache=True, inline="always")
-def _taps1(a, strip, weights, K, oc, c, out_w):
-    """a += the 3x3 convolution of the strip with filter oc (the last n % 4 filters)."""
-    for ic in range(c):
-        for ky in range(3):
-            srow = strip[ic, ky]
-            s0 = srow[0:out_w]
-            s1 = srow[1:out_w + 1]
-            s2 = srow[2:out_w + 2]
-            t = oc * K + (ic * 3 + ky) * 3
-            w0, w1, w2 = weights[t], weights[t + 1], weights[t + 2]
-            for j in range(out_w):
-                a[j] = ((a[j] + w0 * s0[j]) + w1 * s1[j]) + w2 * s2[j]
-
-
 @njit(cache=True, fastmath={"reassoc"})
 def _row_moments(row):
     """(mean, sum of squared deviations) of one row in float64, two passes while it is in L1."""
@@ -117,6 +102,8 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     # per task and filter: (count, mean, M2) of the rows it produced
+    tail = np.zeros(4 * K, np.float32)
+    tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
     stats = stats_mean.size > 0
     epilogue = biases.size > 0
     bn = bn_mean.size > 0
@@ -133,9 +120,8 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                 acc[...] = 0.0
                 if q_n == 4:
                     _taps4(acc[0], acc[1], acc[2], acc[3], strip, weights, K, oc0, c, out_w)
-                else:
-                    for q in range(q_n):
-                        _taps1(acc[q], strip, weights, K, oc0 + q, c, out_w)
+                else:         # the last n % 4 filters, padded with zero filters to four
+                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, tail, K, 0, c, out_w)
                 for q in range(q_n):
                     f = oc0 + q
                     row = acc[q]

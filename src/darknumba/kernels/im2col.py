@@ -86,31 +86,39 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
 
 
 @njit(cache=True, inline="always")
+def _shifted_span(im_base, height, width, height_col, dy, dx):
+    """For a stride-1 same-width block whose entry (h, w) is pixel (h + dy, w + dx) of the
+    plane at im_base: the rows [h_lo, h_hi) that fall inside the image, and the contiguous run
+    [lo, hi) of block entries with the flat pixel index of its first entry. The run is the
+    rows' entries clipped to the plane: the one or two entries clipped at its ends, like those
+    that wrap to the neighbouring row, have their column outside the image."""
+    h_lo = min(height_col, max(0, -dy))
+    h_hi = max(h_lo, min(height_col, height - dy))
+    lo = h_lo * width
+    hi = h_hi * width
+    first = im_base + (h_lo + dy) * width + dx
+    if first < im_base:
+        lo += im_base - first
+        first = im_base
+    plane_end = im_base + height * width
+    if first + (hi - lo) > plane_end:
+        hi = lo + plane_end - first
+    return h_lo, h_hi, lo, max(lo, hi), first
+
+
+@njit(cache=True, inline="always")
 def _shifted_block(data_col, base, data_im, im_base, height, width, height_col, dy, dx):
     """One column-matrix block of a stride-1 'same-width' convolution: entry (h, w) is pixel
     (h + dy, w + dx), i.e. the flat image shifted by dy*width + dx. Copied as one contiguous
     run (long vector copies, not one short row at a time), then the entries whose column
     wrapped to the neighbouring row (w + dx outside [0, width)) are zeroed."""
-    h_lo = min(height_col, max(0, -dy))
-    h_hi = max(h_lo, min(height_col, height - dy))
+    h_lo, h_hi, lo, hi, src_lo = _shifted_span(im_base, height, width, height_col, dy, dx)
     block = data_col[base:base + height_col * width]
     block[:h_lo * width] = 0.0
     block[h_hi * width:] = 0.0
     if h_hi <= h_lo:
         return
-    lo = h_lo * width
-    hi = h_hi * width
-    src_lo = im_base + (h_lo + dy) * width + dx
-    # the first / last entry may fall one pixel outside the plane: those are wrapped ones
-    if src_lo < im_base:
-        lo += im_base - src_lo
-        src_lo = im_base
-    src_hi = src_lo + (hi - lo)
-    plane_end = im_base + height * width
-    if src_hi > plane_end:
-        hi -= src_hi - plane_end
-        src_hi = plane_end
-    block[lo:hi] = data_im[src_lo:src_hi]
+    block[lo:hi] = data_im[src_lo:src_lo + hi - lo]
     if dx < 0:
         for h in range(h_lo, h_hi):
             for w in range(-dx):
@@ -173,23 +181,11 @@ def _add_shifted_block(data_im, im_base, data_col, base, keep, height, width, he
     """The adjoint of _shifted_block: adds block entry (h, w) into pixel (h + dy, w + dx) as one
     contiguous run over the flat image, entries wrapped to the neighbouring row (keep False)
     adding nothing. The block is read, never written."""
-    h_lo = min(height_col, max(0, -dy))
-    h_hi = max(h_lo, min(height_col, height - dy))
+    h_lo, h_hi, lo, hi, dst_lo = _shifted_span(im_base, height, width, height_col, dy, dx)
     if h_hi <= h_lo:
         return
-    lo = h_lo * width
-    hi = h_hi * width
-    dst_lo = im_base + (h_lo + dy) * width + dx
-    if dst_lo < im_base:
-        lo += im_base - dst_lo
-        dst_lo = im_base
-    dst_hi = dst_lo + (hi - lo)
-    plane_end = im_base + height * width
-    if dst_hi > plane_end:
-        hi -= dst_hi - plane_end
-        dst_hi = plane_end
     src = data_col[base + lo:base + hi]
     k = keep[lo:hi]
-    dst = data_im[dst_lo:dst_hi]
+    dst = data_im[dst_lo:dst_lo + hi - lo]
     for i in range(hi - lo):
         dst[i] += src[i] if k[i] else np.float32(0.0)
