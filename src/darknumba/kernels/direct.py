@@ -16,12 +16,11 @@ the weights transposed (filters <-> channels) and rotated 180 degrees, with padd
 Layouts (Darknet's): x [batch x c x h x w], weights [n x c x 3 x 3],
 out [batch x n x out_h x out_w], out_h = h + 2*pad - 2.
 """
-import math
-
 import numpy as np
 from numba import njit, prange
 
 from .activations import activate_row
+from .fused import add_bias_row, bn_divisor, normalize_scale_bias_row
 
 ROWS_PER_TASK = 8   # output rows per parallel iteration (strip and accumulators allocated once)
 
@@ -82,6 +81,14 @@ def _row_moments(row):
     return m, m2
 
 
+@njit(cache=True, inline="always")
+def _chan(n_a, m_a, m2_a, n_b, m_b, m2_b):
+    """(count, mean, sum of squared deviations) of two sets from theirs (Chan et al.)."""
+    n_t = n_a + n_b
+    delta = m_b - m_a
+    return n_t, m_a + delta * n_b / n_t, m2_a + m2_b + delta * delta * n_a * n_b / n_t
+
+
 @njit(parallel=True, cache=True, fastmath={"contract"})
 def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_mean, bn_variance,
                        scales, biases, act, stats_mean, stats_variance):
@@ -101,12 +108,12 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
     K = c * 9
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    # per task and filter: (count, mean, M2) of the rows it produced
-    tail = np.zeros(4 * K, np.float32)
+    tail = np.zeros(4 * K, np.float32)        # the last n % 4 filters and zero filters
     tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
     stats = stats_mean.size > 0
     epilogue = biases.size > 0
     bn = bn_mean.size > 0
+    # per task and filter: (count, mean, M2) of the rows it produced
     moments = np.zeros((tasks if stats else 0, n, 3))
     for task in prange(tasks):
         strip = np.empty((c, 3, w + 2 * pad), np.float32)
@@ -126,26 +133,16 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                     f = oc0 + q
                     row = acc[q]
                     if epilogue:
-                        bias = biases[f]
                         if bn:
-                            m = bn_mean[f]
-                            d = np.float32(math.sqrt(bn_variance[f])) + np.float32(0.000001)
-                            sc = scales[f]
-                            for k in range(out_w):
-                                row[k] = ((row[k] - m) / d) * sc + bias
+                            normalize_scale_bias_row(row, bn_mean[f], bn_divisor(bn_variance[f]),
+                                                     scales[f], biases[f])
                         else:
-                            for k in range(out_w):
-                                row[k] += bias
+                            add_bias_row(row, biases[f])
                         activate_row(row, act)
                     if stats:
                         m_r, m2_r = _row_moments(row)
                         mo = moments[task, f]
-                        n_a = mo[0]
-                        n_t = n_a + out_w
-                        delta = m_r - mo[1]
-                        mo[1] += delta * out_w / n_t
-                        mo[2] += m2_r + delta * delta * n_a * out_w / n_t
-                        mo[0] = n_t
+                        mo[0], mo[1], mo[2] = _chan(mo[0], mo[1], mo[2], out_w, m_r, m2_r)
                     ob = ((b * n + f) * out_h + y) * out_w
                     dst = out[ob:ob + out_w]
                     if accumulate:
@@ -158,14 +155,9 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
             m_a = 0.0
             m2_a = 0.0
             for task in range(tasks):
-                n_b, m_b, m2_b = moments[task, f, 0], moments[task, f, 1], moments[task, f, 2]
-                if n_b == 0:
-                    continue
-                n_t = n_a + n_b
-                delta = m_b - m_a
-                m_a += delta * n_b / n_t
-                m2_a += m2_b + delta * delta * n_a * n_b / n_t
-                n_a = n_t
+                if moments[task, f, 0] > 0:
+                    n_a, m_a, m2_a = _chan(n_a, m_a, m2_a, moments[task, f, 0],
+                                           moments[task, f, 1], moments[task, f, 2])
             stats_mean[f] = np.float32(m_a)
             stats_variance[f] = np.float32(m2_a / (n_a - 1))
 

@@ -11,6 +11,20 @@ from .activations import activate_row
 CHUNK = 4096
 
 
+@njit(cache=True, inline="always")
+def normalize_scale_bias_row(row, m, d, s, bias):
+    """row = ((row - mean) / d) * scale + bias: normalize_cpu, scale_bias and add_bias on one
+    row, in their order (d = bn_divisor(variance))."""
+    for k in range(row.size):
+        row[k] = ((row[k] - m) / d) * s + bias
+
+
+@njit(cache=True, inline="always")
+def add_bias_row(row, bias):
+    for k in range(row.size):
+        row[k] += bias
+
+
 @njit(parallel=True, cache=True)
 def batchnorm_bias_activate(x, mean, variance, scales, biases, batch, filters, spatial, a):
     for bf in prange(batch * filters):
@@ -22,8 +36,7 @@ def batchnorm_bias_activate(x, mean, variance, scales, biases, batch, filters, s
         bias = biases[f]
         for lo in range(0, spatial, CHUNK):   # chunks stay in cache between the two sweeps
             row = x[base + lo:base + min(spatial, lo + CHUNK)]    # slices vectorise
-            for k in range(row.size):
-                row[k] = ((row[k] - m) / d) * s + bias
+            normalize_scale_bias_row(row, m, d, s, bias)
             activate_row(row, a)
 
 
@@ -34,8 +47,7 @@ def bias_activate(x, biases, batch, filters, spatial, a):
         bias = biases[bf % filters]
         for lo in range(0, spatial, CHUNK):
             row = x[base + lo:base + min(spatial, lo + CHUNK)]
-            for k in range(row.size):
-                row[k] += bias
+            add_bias_row(row, bias)
             activate_row(row, a)
 
 

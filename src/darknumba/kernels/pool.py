@@ -113,6 +113,19 @@ def _window_max(inp, plane, h, w, size, y0, x0):
     return best, best_i
 
 
+@njit(cache=True, inline="always")
+def _max2x2(inp, r0, r1, col):
+    """(max, flat index) of the 2x2 window with rows at r0, r1 and first column col, all four
+    cells inside the image: selects in Darknet's scan order with a strict `>`."""
+    best = inp[r0 + col]
+    bi = r0 + col
+    for cell in (r0 + col + 1, r1 + col, r1 + col + 1):
+        v = inp[cell]
+        bi = cell if v > best else bi
+        best = v if v > best else best
+    return best, bi
+
+
 @njit(parallel=True, cache=True)
 def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output, indexes,
                          want_indexes=True):
@@ -132,46 +145,19 @@ def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output,
         for i in range(out_h):
             y0 = off + i * stride
             o = out_base + i * out_w
-            inside = y0 >= 0 and y0 + 1 < h
-            for j in range(out_w):
-                if inside and j == j_lo and j_hi > j_lo:
-                    r0 = plane + y0 * w + off
-                    r1 = r0 + w
-                    if stride == 2:
-                        for jj in range(j_lo, j_hi):
-                            a = inp[r0 + 2 * jj]
-                            b = inp[r0 + 2 * jj + 1]
-                            cc = inp[r1 + 2 * jj]
-                            d = inp[r1 + 2 * jj + 1]
-                            best = a
-                            bi = r0 + 2 * jj
-                            bi = r0 + 2 * jj + 1 if b > best else bi
-                            best = b if b > best else best
-                            bi = r1 + 2 * jj if cc > best else bi
-                            best = cc if cc > best else best
-                            bi = r1 + 2 * jj + 1 if d > best else bi
-                            best = d if d > best else best
-                            output[o + jj] = best
-                            if want_indexes:
-                                indexes[o + jj] = bi
-                    else:
-                        for jj in range(j_lo, j_hi):
-                            a = inp[r0 + jj * stride]
-                            b = inp[r0 + jj * stride + 1]
-                            cc = inp[r1 + jj * stride]
-                            d = inp[r1 + jj * stride + 1]
-                            best = a
-                            bi = r0 + jj * stride
-                            bi = r0 + jj * stride + 1 if b > best else bi
-                            best = b if b > best else best
-                            bi = r1 + jj * stride if cc > best else bi
-                            best = cc if cc > best else best
-                            bi = r1 + jj * stride + 1 if d > best else bi
-                            best = d if d > best else best
-                            output[o + jj] = best
-                            if want_indexes:
-                                indexes[o + jj] = bi
-                if inside and j_lo <= j < j_hi:
+            r0 = plane + y0 * w + off                # both window rows, when inside the image
+            r1 = r0 + w
+            j0, j1 = (j_lo, j_hi) if y0 >= 0 and y0 + 1 < h else (0, 0)
+            for jj in range(j0, j1):
+                if stride == 2:                      # a constant stride: loads vectorise
+                    best, bi = _max2x2(inp, r0, r1, 2 * jj)
+                else:
+                    best, bi = _max2x2(inp, r0, r1, jj * stride)
+                output[o + jj] = best
+                if want_indexes:
+                    indexes[o + jj] = bi
+            for j in range(out_w):                  # the border windows
+                if j0 <= j < j1:
                     continue
                 v, vi = _window_max(inp, plane, h, w, 2, y0, off + j * stride)
                 output[o + j] = v

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CfgError
+from ..kernels.fused import batchnorm_x_norm
 
 
 @dataclass
@@ -117,7 +118,6 @@ class Layer:
         forward pass's float operations, so it is what forward computed, bit for bit."""
         if getattr(self, "x", None) is None or getattr(self, "mean", None) is None:
             return None
-        from ..kernels.fused import batchnorm_x_norm
         out = np.empty_like(self.x)
         batchnorm_x_norm(self.x, self.mean, self.variance, self.batch, self.out_c,
                          self.out_h * self.out_w, out)

@@ -61,6 +61,13 @@ def get_activation(section, key="activation", default="logistic"):
     return name
 
 
+def one_sweep_batch_stats(l) -> bool:
+    """Batch mean and variance in one float64 sweep (or in the direct convolution's rows);
+    compat="darknet-cpu" keeps Darknet's two passes, whose variance subtracts the float32
+    mean in float32."""
+    return getattr(l, "compat", None) != "darknet-cpu"
+
+
 def forward_batchnorm(l, net, stats_done=False):
     """forward_batchnorm_layer for conv/connected outputs already in l.output (then activation).
 
@@ -71,12 +78,11 @@ def forward_batchnorm(l, net, stats_done=False):
     if net.train:
         if stats_done:
             pass
-        elif getattr(l, "compat", None) == "darknet-cpu":
-            # Darknet's two passes: the variance subtracts the float32 mean in float32
+        elif one_sweep_batch_stats(l):
+            mean_variance_cpu(l.output, l.batch, n, spatial, l.mean, l.variance)
+        else:
             mean_cpu(l.output, l.batch, n, spatial, l.mean)
             variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
-        else:
-            mean_variance_cpu(l.output, l.batch, n, spatial, l.mean, l.variance)
         scal_cpu(n, 0.99, l.rolling_mean)
         axpy_cpu(n, 0.01, l.mean, l.rolling_mean)
         scal_cpu(n, 0.99, l.rolling_variance)
@@ -268,7 +274,7 @@ class ConvolutionalLayer(Layer):
             conv3x3_direct_cpu(*args, self.rolling_mean, self.rolling_variance, self.scales,
                                self.biases, act, e, e)
         else:
-            stats = self.compat != "darknet-cpu"
+            stats = one_sweep_batch_stats(self)
             conv3x3_direct_cpu(*args, e, e, e, e, 0, self.mean if stats else e,
                                self.variance if stats else e)
             forward_batchnorm(self, net, stats_done=stats)
