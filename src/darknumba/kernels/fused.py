@@ -74,10 +74,8 @@ def batchnorm_train_epilogue(x, x_saved, mean, variance, scales, biases, batch, 
             hi = min(spatial, lo + CHUNK)
             row = x[base + lo:base + hi]
             keep = x_saved[base + lo:base + hi]
-            for k in range(row.size):
-                v = row[k]
-                keep[k] = v
-                row[k] = ((v - m) / d) * s + bias
+            keep[:] = row
+            normalize_scale_bias_row(row, m, d, s, bias)
             activate_row(row, a)
 
 
