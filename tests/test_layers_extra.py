@@ -11,6 +11,7 @@ from darknumba.cfg import parse_cfg_text
 from darknumba.layers import LAYER_TYPES
 from darknumba.layers.base import SizeParams, UpdateArgs
 from darknumba.weights import load_weights, save_weights
+from darknumba.dialect import quirks_for
 
 RNG = np.random.default_rng(7)
 
@@ -22,7 +23,7 @@ def rand(*shape, lo=-1.0, hi=1.0):
 def build(section_text, batch, h, w, c, inputs=None, compat=None, time_steps=1):
     """One layer from a cfg section, with a minimal network as its builder sees it."""
     s = parse_cfg_text(section_text)[0]
-    net = SimpleNamespace(layers=[], compat=compat, time_steps=time_steps, adam=False)
+    net = SimpleNamespace(layers=[], quirks=quirks_for(compat=compat), time_steps=time_steps, adam=False)
     params = SizeParams(batch=batch, h=h, w=w, c=c, inputs=inputs or h * w * c, index=0, net=net)
     return LAYER_TYPES[s.type].from_cfg(s, params)
 
@@ -30,7 +31,7 @@ def build(section_text, batch, h, w, c, inputs=None, compat=None, time_steps=1):
 def run_net(l, x, train=True, truth=None, seen=0, want_delta=True, compat=None):
     ws = np.zeros(max(getattr(l, "workspace_size", 0), 1), np.float32)
     return SimpleNamespace(input=np.ascontiguousarray(x, np.float32).ravel(), train=train,
-                           truth=truth, seen=seen, workspace=ws, index=0, compat=compat,
+                           truth=truth, seen=seen, workspace=ws, index=0, quirks=quirks_for(compat=compat),
                            delta=np.zeros(x.size, np.float32) if want_delta else None)
 
 

@@ -8,6 +8,7 @@ import random
 
 import numpy as np
 
+from .dialect import quirks_for
 from .errors import DarknumbaError
 from .kernels.blas import fill_cpu
 from .layers.base import Scratch, UpdateArgs
@@ -52,7 +53,7 @@ class Network:
         self.max_crop = self.min_crop = 0
         self.seen = 0
         self.t = 0
-        self.compat = None
+        self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
         self.cfg_path = None
         # state of the pass under way (Darknet's `network` passed by value)
         self.input = None
@@ -63,6 +64,14 @@ class Network:
         self.workspace = np.zeros(1, dtype=np.float32)
         self.scratch = Scratch()
         self.cost = math.nan
+
+    @property
+    def compat(self) -> str | None:
+        return self.quirks.compat
+
+    @property
+    def dialect(self) -> str:
+        return self.quirks.dialect
 
     # -- sizes -------------------------------------------------------------------------------
     @property
@@ -213,7 +222,7 @@ class Network:
             return float(f32(lr * math.pow(random.random(), power)))
         if p == "sig":
             diff = b - self.step
-            if self.compat == "darknet-cpu" and diff < 0:
+            if self.quirks.sig_unsigned_wrap and diff < 0:
                 diff += 1 << 64
             z = float(f32(f32(self.gamma) * f32(diff)))
             sig = 1.0 / (1.0 + math.exp(z)) if z < 709 else 0.0

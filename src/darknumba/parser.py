@@ -7,12 +7,11 @@ import warnings
 import numpy as np
 
 from .cfg import Section, read_cfg
+from .dialect import quirks_for
 from .errors import CfgError
 from .layers import LAYER_TYPES
 from .layers.base import SizeParams, darknet_random_init
 from .network import POLICIES, Network
-
-COMPAT_MODES = (None, "darknet-cpu")
 
 
 class CfgWarning(UserWarning):
@@ -112,11 +111,10 @@ def init_weights(net: Network, seed: int = 0, start: int = 0):
 
 
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
-                      seed: int | None = 0) -> Network:
+                      seed: int | None = 0, dialect: str | None = None) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
     from Darknet's random initialisation with `seed` (None: left at zero)."""
-    if compat not in COMPAT_MODES:
-        raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
+    quirks = quirks_for(dialect, compat)
     path = os.fspath(path)
     sections = read_cfg(path)
     first = sections[0]
@@ -125,7 +123,7 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
                        f"found [{first.type}]")
     net = Network()
     net.cfg_path = path
-    net.compat = compat
+    net.quirks = quirks
     parse_net_options(first, net, batch)
     _warn_unused(first)
     if len(sections) == 1:

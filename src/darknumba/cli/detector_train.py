@@ -63,7 +63,7 @@ def train(data: DataArg, cfg: CfgArg,
 
 
 def _compat(value):
-    from ..parser import COMPAT_MODES
+    from ..dialect import COMPAT_MODES
     if value not in COMPAT_MODES:
         raise typer.BadParameter(f"--compat takes darknet-cpu, not {value!r}")
     return value

@@ -3,16 +3,16 @@ Backward multiplies by act'(output) and *copies* into the previous delta in Dark
 (compat="darknet-cpu" copies)."""
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
 from ..kernels.blas import copy_cpu
-from .base import Layer
-from .common import overwrites, pass_delta
+from .base import DEFAULT_QUIRKS, Layer
+from .common import pass_delta
 from .convolutional import get_activation
 
 
 class ActivationLayer(Layer):
     type = "activation"
 
-    def __init__(self, batch, w, h, c, inputs, activation, compat=None):
-        self.batch, self.compat = batch, compat
+    def __init__(self, batch, w, h, c, inputs, activation, quirks=DEFAULT_QUIRKS):
+        self.batch, self.quirks = batch, quirks
         self.activation, self.activation_id = activation, ACTIVATIONS[activation]
         self.c = self.out_c = c
         self._sized(w, h, inputs)
@@ -26,7 +26,7 @@ class ActivationLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         act = get_activation(s, default="linear")
-        return cls(params.batch, params.w, params.h, params.c, params.inputs, act, params.net.compat)
+        return cls(params.batch, params.w, params.h, params.c, params.inputs, act, params.net.quirks)
 
     def resize(self, w, h):
         self._sized(w, h, w * h * self.c)
@@ -41,7 +41,7 @@ class ActivationLayer(Layer):
         """backward_activation_layer"""
         n = self.batch * self.outputs
         gradient_array(self.output, n, self.activation_id, self.delta)
-        pass_delta(net, self.delta, n, overwrites(self.compat))
+        pass_delta(net, self.delta, n, self.quirks.overwrite_delta)
 
     def describe(self):
         return f"Activation Layer: {self.inputs} inputs"

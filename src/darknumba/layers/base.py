@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..dialect import DEFAULT_QUIRKS  # noqa: F401 (layers take it from here)
 from ..errors import CfgError
 from ..kernels.fused import batchnorm_x_norm
 

@@ -10,16 +10,16 @@ import numpy as np
 
 from ..kernels.activations import ACTIVATIONS
 from ..kernels.blas import copy_cpu, sgd_update_cpu
-from .base import Layer, require_image_input, zeros
-from .common import overwrites, pass_delta
+from .base import DEFAULT_QUIRKS, Layer, require_image_input, zeros
+from .common import pass_delta
 from .convolutional import alloc_batchnorm, backward_batchnorm, forward_batchnorm
 
 
 class BatchnormLayer(Layer):
     type = "batchnorm"
 
-    def __init__(self, batch, w, h, c, compat=None):
-        self.batch, self.c, self.compat = batch, c, compat
+    def __init__(self, batch, w, h, c, quirks=DEFAULT_QUIRKS):
+        self.batch, self.c, self.quirks = batch, c, quirks
         self.n = self.out_c = c
         self.batch_normalize = True
         self.activation, self.activation_id = "linear", ACTIVATIONS["linear"]
@@ -31,7 +31,7 @@ class BatchnormLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        return cls(params.batch, params.w, params.h, params.c, params.net.compat)
+        return cls(params.batch, params.w, params.h, params.c, params.net.quirks)
 
     def resize(self, w, h):
         self.w = self.out_w = w
@@ -48,10 +48,10 @@ class BatchnormLayer(Layer):
     def backward(self, net):
         """backward_batchnorm_layer"""
         backward_batchnorm(self, net)
-        pass_delta(net, self.delta, self.batch * self.outputs, overwrites(self.compat))
+        pass_delta(net, self.delta, self.batch * self.outputs, self.quirks.overwrite_delta)
 
     def update(self, a):
-        if overwrites(self.compat):
+        if self.quirks.overwrite_delta:
             return
         f32 = np.float32
         step = f32(f32(a.learning_rate) * f32(self.learning_rate_scale) / f32(a.batch))

@@ -4,7 +4,7 @@ from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
-from .base import Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer, zeros
 from .convolutional import (
     alloc_params,
     backward_batchnorm,
@@ -30,7 +30,7 @@ class ConnectedLayer(Layer):
         if self.batch_normalize:
             self.x = zeros(batch * outputs)
         self.learning_rate_scale = 1.0
-        self.compat = None
+        self.quirks = DEFAULT_QUIRKS
         self._alloc_io()
 
     @classmethod
@@ -40,7 +40,7 @@ class ConnectedLayer(Layer):
             raise s.error("output", f"must be at least 1, found {outputs}")
         act = get_activation(s)
         l = cls(params.batch, params.inputs, outputs, act, s.find_int("batch_normalize", 0))
-        l.compat = params.net.compat
+        l.quirks = params.net.quirks
         return l
 
     def forward(self, net):
@@ -69,7 +69,7 @@ class ConnectedLayer(Layer):
 
     def update(self, a):
         """update_connected_layer"""
-        update_params(self, a, self.compat)
+        update_params(self, a)
 
     def weight_records(self):
         # Darknet stores a connected layer's batch-norm arrays *after* its weights

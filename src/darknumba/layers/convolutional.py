@@ -31,7 +31,7 @@ from ..kernels.fused import (
 )
 from ..kernels.gemm import add_transposed, gemm
 from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
-from .base import Layer, require_image_input, scratch_of, zeros
+from .base import DEFAULT_QUIRKS, Layer, require_image_input, scratch_of, zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
@@ -63,9 +63,9 @@ def get_activation(section, key="activation", default="logistic"):
 
 def one_sweep_batch_stats(l) -> bool:
     """Batch mean and variance in one float64 sweep (or in the direct convolution's rows);
-    compat="darknet-cpu" keeps Darknet's two passes, whose variance subtracts the float32
+    quirks.two_pass_bn_stats keeps Darknet's two passes, whose variance subtracts the float32
     mean in float32."""
-    return getattr(l, "compat", None) != "darknet-cpu"
+    return not l.quirks.two_pass_bn_stats
 
 
 def forward_batchnorm(l, net, stats_done=False):
@@ -134,15 +134,15 @@ def conv_weight_records(l):
     return recs + [("weights", l.weights)]
 
 
-def update_params(l, a, compat):
+def update_params(l, a):
     """update_convolutional_layer / update_connected_layer: SGD with momentum on biases, BN
     scales and weights (decay on the weights only), dividing the rate by the full cfg batch.
-    With adam=1, Darknet's Adam (its GPU path) on all three, decay included; compat=
-    "darknet-cpu" ignores adam=1 as Darknet's CPU build does."""
+    With adam=1, Darknet's Adam (its GPU path) on all three, decay included;
+    quirks.adam_ignored ignores adam=1 as Darknet's CPU build does."""
     f32 = np.float32
     rate = f32(f32(a.learning_rate) * f32(l.learning_rate_scale))
     scales = l.scales if l.batch_normalize else None
-    if a.adam and compat != "darknet-cpu":
+    if a.adam and not l.quirks.adam_ignored:
         if getattr(l, "m", None) is None:
             l.m, l.v = zeros(l.nweights), zeros(l.nweights)
             l.bias_m, l.bias_v = zeros(l.nbiases), zeros(l.nbiases)
@@ -165,7 +165,7 @@ class ConvolutionalLayer(Layer):
     type = "convolutional"
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
-                 batch_normalize=False, compat=None):
+                 batch_normalize=False, quirks=DEFAULT_QUIRKS):
         if c % groups or n % groups:
             raise ValueError(f"channels ({c}) and filters ({n}) must be divisible by groups ({groups})")
         self.batch, self.h, self.w, self.c = batch, h, w, c
@@ -173,7 +173,7 @@ class ConvolutionalLayer(Layer):
         self.activation = activation
         self.activation_id = ACTIVATIONS[activation]
         self.batch_normalize = bool(batch_normalize)
-        self.compat = compat
+        self.quirks = quirks
         alloc_params(self, c // groups * n * size * size, n)
         self.learning_rate_scale = 1.0
         self._set_sizes()
@@ -196,10 +196,10 @@ class ConvolutionalLayer(Layer):
     def _direct_1x1(self) -> bool:
         """1x1 convolutions multiply the input itself, without im2col. Darknet's CPU code does
         this even for stride > 1, reading the wrong pixels; we do it only where it is exact,
-        unless compat="darknet-cpu" asks for Darknet's behaviour."""
+        unless quirks.strided_1x1_misread asks for Darknet's behaviour."""
         if self.size != 1:
             return False
-        return (self.stride == 1 and self.pad == 0) or self.compat == "darknet-cpu"
+        return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
 
     def _direct_thin(self) -> bool:
         """A thin stride-1 convolution computed directly (see DIRECT_MAX_K); same sums as the
@@ -231,7 +231,7 @@ class ConvolutionalLayer(Layer):
                                     f"divisible by groups={groups}")
         try:
             l = cls(params.batch, params.h, params.w, params.c, n, groups, size, stride, padding,
-                    activation, bn, compat=params.net.compat)
+                    activation, bn, quirks=params.net.quirks)
         except ValueError as e:
             raise s.error(None, str(e)) from None
         l.flipped = s.find_int("flipped", 0)
@@ -380,7 +380,7 @@ class ConvolutionalLayer(Layer):
             if not direct:
                 col2im_batch_cpu(col2.reshape(-1), nb, self.c, self.h, self.w, self.size,
                                  self.stride, self.pad, dx[b0:b0 + nb].reshape(-1))
-            elif self.compat == "darknet-cpu":
+            elif self.quirks.delta_overwrite_1x1:
                 # Darknet's CPU code writes a 1x1 convolution's input gradient with beta = 0,
                 # *overwriting* what later layers (e.g. a shortcut) already added
                 dx[b0:b0 + nb, :k * n] = col.transpose(1, 0, 2).reshape(nb, k * n)
@@ -391,7 +391,7 @@ class ConvolutionalLayer(Layer):
         """Grouped convolutions: per image and group, weight_updates += delta @ col^T and the
         input gradient W^T @ delta folded back with col2im."""
         direct = self._direct_1x1()
-        beta_in = 0.0 if self.compat == "darknet-cpu" else 1.0
+        beta_in = 0.0 if self.quirks.delta_overwrite_1x1 else 1.0
         ws = net.workspace
         for b in range(self.batch):
             for g in range(self.groups):
@@ -416,7 +416,7 @@ class ConvolutionalLayer(Layer):
 
     def update(self, a):
         """update_convolutional_layer"""
-        update_params(self, a, self.compat)
+        update_params(self, a)
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):

@@ -4,7 +4,7 @@ output_filters), all with the cfg's activation and batch norm. The state is an h
 hidden_filters image per sequence. .weights: the three conv records in that order. Training,
 test-mode state and the backward order are as in layers/rnn.py.
 """
-from .base import require_image_input
+from .base import DEFAULT_QUIRKS, require_image_input
 from .convolutional import ConvolutionalLayer, get_activation
 from .rnn import RNNLayer
 
@@ -13,7 +13,7 @@ class CRNNLayer(RNNLayer):
     type = "crnn"
 
     def __init__(self, batch, h, w, c, hidden_filters, output_filters, steps, activation,
-                 batch_normalize=False, compat=None):
+                 batch_normalize=False, quirks=DEFAULT_QUIRKS):
         if batch % steps:
             raise ValueError(f"batch {batch} is not a multiple of time_steps {steps}")
         self.steps, self.batch = steps, batch // steps
@@ -21,12 +21,12 @@ class CRNNLayer(RNNLayer):
         self.out_h, self.out_w, self.out_c = h, w, output_filters
         self.inputs, self.outputs = h * w * c, h * w * output_filters
         self.hidden = h * w * hidden_filters
-        self.activation, self.compat, self.shortcut = activation, compat, 0
+        self.activation, self.quirks, self.shortcut = activation, quirks, 0
         self.batch_normalize = bool(batch_normalize)
 
         def conv(cin, n):
             return ConvolutionalLayer(self.batch, h, w, cin, n, 1, 3, 1, 1, activation,
-                                      batch_normalize, compat=compat)
+                                      batch_normalize, quirks=quirks)
         self.input_layer = conv(c, hidden_filters)
         self.self_layer = conv(hidden_filters, hidden_filters)
         self.output_layer = conv(hidden_filters, output_filters)
@@ -42,7 +42,7 @@ class CRNNLayer(RNNLayer):
         if params.batch % steps:
             raise s.error(None, f"batch {params.batch} is not a multiple of time_steps {steps}")
         l = cls(params.batch, params.h, params.w, params.c, hid_f, out_f, steps, act, bn,
-                params.net.compat)
+                params.net.quirks)
         l.shortcut = s.find_int("shortcut", 0)
         return l
 

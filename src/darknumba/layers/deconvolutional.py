@@ -11,7 +11,7 @@ from ..kernels.blas import backward_bias, fill_cpu
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu
-from .base import Layer, require_image_input, zeros
+from .base import DEFAULT_QUIRKS, Layer, require_image_input, zeros
 from .convolutional import (alloc_params, backward_batchnorm, conv_weight_records, forward_batchnorm,
                             get_activation, update_params)
 
@@ -20,13 +20,13 @@ class DeconvolutionalLayer(Layer):
     type = "deconvolutional"
 
     def __init__(self, batch, h, w, c, n, size, stride, padding, activation,
-                 batch_normalize=False, compat=None):
+                 batch_normalize=False, quirks=DEFAULT_QUIRKS):
         self.batch, self.c, self.n = batch, c, n
         self.size, self.stride, self.pad = size, stride, padding
         self.groups = 1
         self.activation, self.activation_id = activation, ACTIVATIONS[activation]
         self.batch_normalize = bool(batch_normalize)
-        self.compat = compat
+        self.quirks = quirks
         alloc_params(self, c * n * size * size, n)
         self.learning_rate_scale = 1.0
         self.resize(w, h)
@@ -60,7 +60,7 @@ class DeconvolutionalLayer(Layer):
                 raise s.error(key, f"must be at least 1, found {v}")
         try:
             return cls(params.batch, params.h, params.w, params.c, n, size, stride, padding, act,
-                       bn, params.net.compat)
+                       bn, params.net.quirks)
         except ValueError as e:
             raise s.error(None, str(e)) from None
 
@@ -106,7 +106,7 @@ class DeconvolutionalLayer(Layer):
 
     def update(self, a):
         """update_deconvolutional_layer (SGD; Darknet has no CPU Adam here either)."""
-        update_params(self, a, self.compat)
+        update_params(self, a)
 
     def weight_records(self):
         return conv_weight_records(self)           # the same layout as a convolution's

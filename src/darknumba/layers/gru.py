@@ -10,7 +10,7 @@ exact back-propagation through the steps of one call.
 from ..kernels.blas import copy_cpu, fill_cpu
 from ..kernels.recurrent import (gru_backward_out_cpu, gru_backward_reset_cpu, gru_gates_cpu,
                                  gru_output_cpu)
-from .base import Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer, zeros
 from .connected import ConnectedLayer
 from .steps import StepBuffers, SubLayers, step_net
 
@@ -21,19 +21,19 @@ class GRULayer(SubLayers, Layer):
     type = "gru"
     SUB_NAMES = NAMES
 
-    def __init__(self, batch, inputs, outputs, steps, batch_normalize=False, compat=None):
+    def __init__(self, batch, inputs, outputs, steps, batch_normalize=False, quirks=DEFAULT_QUIRKS):
         if batch % steps:
             raise ValueError(f"batch {batch} is not a multiple of time_steps {steps}")
         self.steps, self.batch = steps, batch // steps
         self.inputs, self.outputs = inputs, outputs
         self.h = self.w = 1
         self.c, self.out_h, self.out_w, self.out_c = inputs, 1, 1, outputs
-        self.tanh, self.compat = 0, compat
+        self.tanh, self.quirks = 0, quirks
         self.batch_normalize = bool(batch_normalize)
         for name in NAMES:
             nin = inputs if name[0] == "u" else outputs
             l = ConnectedLayer(self.batch, nin, outputs, "linear", batch_normalize)
-            l.compat = compat
+            l.quirks = quirks
             setattr(self, name, l)
         self.sub = {name: StepBuffers(getattr(self, name), steps) for name in NAMES}
         n = self.batch * outputs
@@ -52,7 +52,7 @@ class GRULayer(SubLayers, Layer):
         steps = params.net.time_steps
         if params.batch % steps:
             raise s.error(None, f"batch {params.batch} is not a multiple of time_steps {steps}")
-        l = cls(params.batch, params.inputs, outputs, steps, bn, params.net.compat)
+        l = cls(params.batch, params.inputs, outputs, steps, bn, params.net.quirks)
         l.tanh = s.find_int("tanh", 0)
         return l
 

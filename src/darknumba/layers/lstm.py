@@ -10,7 +10,7 @@ cell. Ours is the exact back-propagation through the steps of one call.
 """
 from ..kernels.blas import copy_cpu, fill_cpu
 from ..kernels.recurrent import lstm_backward_cpu, lstm_forward_cpu
-from .base import Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer, zeros
 from .connected import ConnectedLayer
 from .steps import StepBuffers, SubLayers, step_net
 
@@ -22,19 +22,19 @@ class LSTMLayer(SubLayers, Layer):
     type = "lstm"
     SUB_NAMES = NAMES
 
-    def __init__(self, batch, inputs, outputs, steps, batch_normalize=False, compat=None):
+    def __init__(self, batch, inputs, outputs, steps, batch_normalize=False, quirks=DEFAULT_QUIRKS):
         if batch % steps:
             raise ValueError(f"batch {batch} is not a multiple of time_steps {steps}")
         self.steps, self.batch = steps, batch // steps
         self.inputs, self.outputs = inputs, outputs
         self.h = self.w = 1
         self.c, self.out_h, self.out_w, self.out_c = inputs, 1, 1, outputs
-        self.compat = compat
+        self.quirks = quirks
         self.batch_normalize = bool(batch_normalize)
         for name in NAMES:
             nin = inputs if name[0] == "u" else outputs
             l = ConnectedLayer(self.batch, nin, outputs, "linear", batch_normalize)
-            l.compat = compat
+            l.quirks = quirks
             setattr(self, name, l)
         self.sub = {name: StepBuffers(getattr(self, name), steps) for name in NAMES}
         n = self.batch * outputs
@@ -52,7 +52,7 @@ class LSTMLayer(SubLayers, Layer):
         steps = params.net.time_steps
         if params.batch % steps:
             raise s.error(None, f"batch {params.batch} is not a multiple of time_steps {steps}")
-        return cls(params.batch, params.inputs, outputs, steps, bn, params.net.compat)
+        return cls(params.batch, params.inputs, outputs, steps, bn, params.net.quirks)
 
     def _v(self, buf, t):
         n = self.batch * self.outputs

@@ -6,17 +6,16 @@ Darknet's backward is approximate (delta · norms^-beta, the cross-channel terms
 copies over the previous delta; we keep the approximation and add (compat="darknet-cpu" copies).
 """
 from ..kernels.lrn import lrn_backward_cpu, lrn_forward_cpu
-from .base import Layer, require_image_input, zeros
-from .common import overwrites
+from .base import DEFAULT_QUIRKS, Layer, require_image_input, zeros
 
 
 class NormalizationLayer(Layer):
     type = "normalization"
 
-    def __init__(self, batch, w, h, c, size=5, alpha=1e-4, beta=0.75, kappa=1.0, compat=None):
+    def __init__(self, batch, w, h, c, size=5, alpha=1e-4, beta=0.75, kappa=1.0, quirks=DEFAULT_QUIRKS):
         self.batch, self.c, self.out_c = batch, c, c
         self.size, self.alpha, self.beta, self.kappa = size, alpha, beta, kappa
-        self.compat = compat
+        self.quirks = quirks
         self.resize(w, h)
 
     @classmethod
@@ -26,7 +25,7 @@ class NormalizationLayer(Layer):
         if size < 1:
             raise s.error("size", f"must be at least 1, found {size}")
         return cls(params.batch, params.w, params.h, params.c, size, s.find_float("alpha", 1e-4),
-                   s.find_float("beta", 0.75), s.find_float("kappa", 1.0), params.net.compat)
+                   s.find_float("beta", 0.75), s.find_float("kappa", 1.0), params.net.quirks)
 
     def resize(self, w, h):
         self.w = self.out_w = w
@@ -44,7 +43,7 @@ class NormalizationLayer(Layer):
         """backward_normalization_layer"""
         if net.delta is not None:
             lrn_backward_cpu(self.delta, self.norms, self.batch * self.outputs, self.beta,
-                             net.delta, not overwrites(self.compat))
+                             net.delta, not self.quirks.overwrite_delta)
 
     def describe(self):
         return f"Local Response Normalization Layer: {self.w} x {self.h} x {self.c} image, " \

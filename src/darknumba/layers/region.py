@@ -28,8 +28,7 @@ from ..kernels.region import (MAX_TRUTHS, activate_region_output, get_region_det
 from ..kernels.softmax import softmax_cpu
 from ..kernels.yolo import sum_squares
 from ..tree import read_map, read_tree, resolve
-from .base import Layer, require_image_input
-from .common import overwrites
+from .base import DEFAULT_QUIRKS, Layer, require_image_input
 
 _NO_INTS = np.zeros(0, dtype=np.int64)
 
@@ -37,13 +36,13 @@ _NO_INTS = np.zeros(0, dtype=np.int64)
 class RegionLayer(Layer):
     type = "region"
 
-    def __init__(self, batch, w, h, n, classes, coords=4, anchors=None, compat=None):
+    def __init__(self, batch, w, h, n, classes, coords=4, anchors=None, quirks=DEFAULT_QUIRKS):
         self.batch, self.n, self.classes, self.coords = batch, n, classes, coords
         self.biases = np.full(n * 2, 0.5, dtype=np.float32)
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.truths = MAX_TRUTHS * (coords + 1)
-        self.compat = compat
+        self.quirks = quirks
         self.softmax = self.background = self.rescore = self.bias_match = 0
         self.max_boxes, self.jitter, self.thresh, self.random = 30, 0.2, 0.5, 0
         self.coord_scale = self.object_scale = self.noobject_scale = 1.0
@@ -75,7 +74,7 @@ class RegionLayer(Layer):
         anchors = s.find_list("anchors", float, None)
         if anchors is not None and len(anchors) > 2 * num:
             raise s.error("anchors", f"num={num} takes {2 * num} anchor values, found {len(anchors)}")
-        l = cls(params.batch, params.w, params.h, num, classes, coords, anchors, params.net.compat)
+        l = cls(params.batch, params.w, params.h, num, classes, coords, anchors, params.net.quirks)
         s.find_int("log", 0)
         s.find_int("sqrt", 0)
         l.softmax = s.find_int("softmax", 0)
@@ -152,7 +151,7 @@ class RegionLayer(Layer):
 
     def backward(self, net):
         """backward_region_layer_gpu (see the module docstring for the CPU quirk)."""
-        if net.delta is None or overwrites(self.compat):
+        if net.delta is None or self.quirks.region_no_backward:
             return
         region_gradient(self.output, self.delta, self.batch, self.n, self.coords, self.classes,
                         self.w * self.h, bool(self.background))

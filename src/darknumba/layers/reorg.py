@@ -9,17 +9,16 @@ Backward applies the inverse permutation; Darknet *writes* it over the previous 
 """
 from ..kernels.blas import copy_cpu, axpy_cpu
 from ..kernels.reorg import flatten_cpu, reorg_cpu
-from .base import Layer, require_image_input
-from .common import overwrites
+from .base import DEFAULT_QUIRKS, Layer, require_image_input
 
 
 class ReorgLayer(Layer):
     type = "reorg"
 
-    def __init__(self, batch, w, h, c, stride, reverse=False, flatten=False, extra=0, compat=None):
+    def __init__(self, batch, w, h, c, stride, reverse=False, flatten=False, extra=0, quirks=DEFAULT_QUIRKS):
         self.batch, self.c, self.stride = batch, c, stride
         self.reverse, self.flatten, self.extra = bool(reverse), bool(flatten), extra
-        self.compat = compat
+        self.quirks = quirks
         self.resize(w, h)
 
     def resize(self, w, h):
@@ -53,7 +52,7 @@ class ReorgLayer(Layer):
                 raise s.error("stride", f"a {params.w}x{params.h} input does not divide by "
                                         f"stride {stride}")
         return cls(params.batch, params.w, params.h, params.c, stride, reverse, flatten, extra,
-                   params.net.compat)
+                   params.net.quirks)
 
     def forward(self, net):
         """forward_reorg_layer"""
@@ -72,7 +71,7 @@ class ReorgLayer(Layer):
         """backward_reorg_layer"""
         if net.delta is None:
             return
-        acc = not overwrites(self.compat)
+        acc = not self.quirks.overwrite_delta
         b = self.batch
         if self.flatten:
             flatten_cpu(self.delta, self.w * self.h, self.c, b, 1 if self.reverse else 0,

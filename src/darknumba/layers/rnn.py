@@ -14,8 +14,7 @@ as the chain rule needs; compat="darknet-cpu" reproduces Darknet's order. (Its C
 writes past the end of a one-step state buffer in training; we keep all steps' states.)
 """
 from ..kernels.blas import axpy_cpu, copy_cpu, fill_cpu
-from .base import Layer, zeros
-from .common import overwrites
+from .base import DEFAULT_QUIRKS, Layer, zeros
 from .connected import ConnectedLayer
 from .convolutional import get_activation
 from .steps import StepBuffers, SubLayers, step_net
@@ -26,14 +25,14 @@ class RNNLayer(SubLayers, Layer):
     SUB_NAMES = ("input", "self", "output")
 
     def __init__(self, batch, inputs, outputs, steps, activation, batch_normalize=False,
-                 compat=None):
+                 quirks=DEFAULT_QUIRKS):
         if batch % steps:
             raise ValueError(f"batch {batch} is not a multiple of time_steps {steps}")
         self.steps, self.batch = steps, batch // steps
         self.inputs, self.outputs = inputs, outputs
         self.h = self.w = 1
         self.c, self.out_h, self.out_w, self.out_c = inputs, 1, 1, outputs
-        self.activation, self.compat, self.shortcut = activation, compat, 0
+        self.activation, self.quirks, self.shortcut = activation, quirks, 0
         self.batch_normalize = bool(batch_normalize)
         self.hidden = outputs
         self.input_layer = ConnectedLayer(self.batch, inputs, outputs, activation, batch_normalize)
@@ -42,11 +41,11 @@ class RNNLayer(SubLayers, Layer):
         self._init_steps()
 
     def _init_steps(self):
-        steps, compat = self.steps, self.compat
+        steps, quirks = self.steps, self.quirks
         self.sub = [StepBuffers(l, steps) for l in (self.input_layer, self.self_layer,
                                                      self.output_layer)]
         for l in self.sublayers():
-            l.compat = compat
+            l.quirks = quirks
         self.state = zeros(self.batch * self.hidden)                    # carried over in test mode
         self.states = zeros((steps + 1) * self.batch * self.hidden)     # h_{-1}, h_0, ...
         self.workspace_size = max(l.workspace_size for l in self.sublayers())
@@ -63,7 +62,7 @@ class RNNLayer(SubLayers, Layer):
         steps = params.net.time_steps
         if params.batch % steps:
             raise s.error(None, f"batch {params.batch} is not a multiple of time_steps {steps}")
-        l = cls(params.batch, params.inputs, outputs, steps, act, bn, params.net.compat)
+        l = cls(params.batch, params.inputs, outputs, steps, act, bn, params.net.quirks)
         l.shortcut = s.find_int("shortcut", 0)
         return l
 
@@ -101,7 +100,7 @@ class RNNLayer(SubLayers, Layer):
         """backward_rnn_layer"""
         n = self.batch * self.hidden
         inp, slf, out = self.sub
-        darknet = overwrites(self.compat)
+        darknet = self.quirks.rnn_late_delta
         for t in range(self.steps - 1, -1, -1):
             out.at(t).backward(step_net(net, self._h(t + 1), slf.dlt(t)))
             if not darknet:
