@@ -44,13 +44,14 @@ def main():
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    import darknumba as dn            # first: it sets the thread policies numpy's BLAS reads
     import numpy as np
+
+    import darknumba as dn  # first: it sets the thread policies numpy's BLAS reads
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None
     net = dn.load_network(args.cfg, weights, batch=args.batch)
     if weights is None:
-        from darknumba.profile import unit_rolling_variance
+        from darknumba.train.timing import unit_rolling_variance
         unit_rolling_variance(net)
     x = np.random.default_rng(0).uniform(0, 1, (args.batch, net.c, net.h, net.w)).astype(np.float32)
     t1 = time.perf_counter()
@@ -77,7 +78,7 @@ def main():
     print(f"GEMMs alone  {floor:8.2f} ms/image (the convolutions' matrix products on random "
           f"operands): darknumba / GEMMs = {np.median(times) / floor:.2f}")
     if args.profile:
-        from darknumba.profile import profile_forward
+        from darknumba.train.timing import profile_forward
         print(profile_forward(net, x, reps=max(3, args.reps // 4)))
     t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", "--cfg", args.cfg, "--weights",

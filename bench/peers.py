@@ -64,7 +64,7 @@ def _load(args, batch, weights=True):
     w = args.weights if weights and os.path.exists(args.weights) else None
     net = dn.load_network(args.cfg, w, batch=batch)
     if w is None:
-        from darknumba.profile import unit_rolling_variance
+        from darknumba.train.timing import unit_rolling_variance
         unit_rolling_variance(net)
     if args.size:
         net.resize(args.size, args.size)
@@ -266,6 +266,7 @@ def main():
         return
 
     import numpy as np
+
     import darknumba as dn
     if not os.path.exists(args.weights):
         # no trained weights at hand (e.g. yolov3): every peer loads the same random ones

@@ -3,15 +3,8 @@ flip and letterbox; clipping, dropping and max_boxes as fill_truth_detection."""
 import numpy as np
 import pytest
 
-from darknumba.augment import (
-    AugmentConfig,
-    Placement,
-    augment_detection,
-    correct_boxes,
-    fill_truth,
-    letterbox_placement,
-    place_image,
-)
+from darknumba.vision.augment import (AugmentConfig, Placement, augment_detection, correct_boxes,
+                                      fill_truth, letterbox_placement, place_image)
 
 
 def _scene(w=120, h=80):

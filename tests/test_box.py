@@ -6,12 +6,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
 from conftest import ROOT, golden_dir
-from darknumba.box import (Detections, box_corners, detection_results, do_nms_sort,
-                           format_lines, get_network_boxes, get_yolo_detections, detection_layers)
+
 from darknumba.errors import CfgError
 from darknumba.kernels.box import box_iou
+from darknumba.vision.box import (Detections, box_corners, detection_layers, detection_results,
+                                  do_nms_sort, format_lines, get_network_boxes, get_yolo_detections)
 
 f32 = np.float32
 
@@ -208,10 +208,11 @@ def test_nms_matches_naive(seed):
 def test_batch_decodes_each_image_on_its_own():
     """Darknet averages with a flipped copy when batch == 2; here image b of a batch of 2
     gives what it gives alone."""
-    import darknumba as dn
     from conftest import DATA, tiny_weights
-    from darknumba.box import detect
-    from darknumba.image import load_image_color
+
+    import darknumba as dn
+    from darknumba.vision.box import detect
+    from darknumba.vision.image import load_image_color
     w = tiny_weights()
     if not (DATA / "dog.jpg").exists():
         pytest.skip(f"{DATA / 'dog.jpg'} not found")
@@ -249,7 +250,7 @@ def test_region_layers_are_read_too(tmp_path):
     """fill_network_boxes: a [region] layer gives all n*w*h candidates (objectness 0 below
     thresh), which do_nms_sort moves to the end."""
     import darknumba as dn
-    from darknumba.box import detect
+    from darknumba.vision.box import detect
     (tmp_path / "region.cfg").write_text(REGION_CFG)
     net = dn.load_network(tmp_path / "region.cfg", None, batch=1)
     rng = np.random.default_rng(0)

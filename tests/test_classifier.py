@@ -4,13 +4,13 @@ import re
 
 import numpy as np
 import pytest
+from conftest import ROOT
 from typer.testing import CliRunner
 
-from darknumba.classifier import (ClassifierData, center_crop_image, label_index, rotate_crop_image,
-                                  top_k, valid_input)
 from darknumba.cli import app
 from darknumba.errors import DataError
-from conftest import ROOT
+from darknumba.train.classifier import (ClassifierData, center_crop_image, label_index,
+                                        rotate_crop_image, top_k, valid_input)
 
 
 def test_label_from_path_substring():

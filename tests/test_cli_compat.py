@@ -5,7 +5,7 @@ from darknumba.cli import app
 
 
 def test_compat_is_checked_and_passed_to_the_network(tmp_path, monkeypatch):
-    import darknumba.train as T
+    import darknumba.train.detector as T
     seen = {}
 
     def fake_train(datacfg, cfgfile, opts, log):
@@ -23,8 +23,9 @@ def test_compat_is_checked_and_passed_to_the_network(tmp_path, monkeypatch):
 
 def test_compat_network_overwrites_1x1_input_gradient(tmp_path):
     import numpy as np
+
     import darknumba as dn
-    from darknumba.train import TrainOptions
+    from darknumba.train.detector import TrainOptions
     assert TrainOptions(compat="darknet-cpu").compat == "darknet-cpu"
     cfg = tmp_path / "n.cfg"
     cfg.write_text("[net]\nbatch=1\nwidth=4\nheight=4\nchannels=2\n[convolutional]\nfilters=2\n"

@@ -6,16 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA, ROOT, golden_dir, tiny_weights
 from typer.testing import CliRunner
 
 import darknumba as dn
 from darknumba.cli import app
-from darknumba.compare import compare_npz
-from darknumba.tensordiff import diff, term_scale
-from darknumba.darknet_ref import DarknetTree, find_compiler, run_darknet
 from darknumba.errors import DarknumbaError
-
-from conftest import DATA, ROOT, golden_dir, tiny_weights
+from darknumba.parity.compare import compare_npz
+from darknumba.parity.darknet_ref import DarknetTree, find_compiler, run_darknet
+from darknumba.parity.tensordiff import diff, term_scale
 
 runner = CliRunner()
 FORWARD = [("det-small", "forward_test"), ("det-small", "forward_train"),

@@ -2,14 +2,8 @@
 import numpy as np
 import pytest
 
-from darknumba.data import (
-    DataIssues,
-    DetectionDataset,
-    check_data,
-    label_path,
-    parse_label_file,
-    read_data_cfg,
-)
+from darknumba.data.datasets import (DataIssues, DetectionDataset, check_data, label_path,
+                                     parse_label_file, read_data_cfg)
 from darknumba.errors import DataError
 
 

@@ -11,13 +11,13 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import DATA, ROOT, golden_dir, tiny_weights
 from PIL import Image
 from typer.testing import CliRunner
 
-from conftest import DATA, ROOT, golden_dir, tiny_weights
 from darknumba.cli import app
-from darknumba.draw import class_color
 from darknumba.errors import CfgError, DataError, WeightsError
+from darknumba.vision.draw import class_color
 
 CFG = ROOT / "cfg" / "yolov3-tiny.cfg"
 

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from darknumba.evaluate import box_iou, compute_map, recall_stats, voc_ap
+from darknumba.train.evaluate import box_iou, compute_map, recall_stats, voc_ap
 
 A = [0.2, 0.2, 0.1, 0.1]
 B = [0.5, 0.5, 0.1, 0.1]

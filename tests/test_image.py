@@ -8,12 +8,12 @@ import zlib
 
 import numpy as np
 import pytest
+from conftest import DATA, golden_dir, max_rel
 from PIL import Image
 
-from conftest import DATA, golden_dir, max_rel
 from darknumba.errors import DataError
-from darknumba.image import (bytes_to_image, letterbox_image, letterbox_size, load_image_color,
-                             resize_image)
+from darknumba.vision.image import (bytes_to_image, letterbox_image, letterbox_size,
+                                    load_image_color, resize_image)
 
 
 def naive_resize(im, w, h):

@@ -9,10 +9,10 @@ import warnings
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 import darknumba as dn
 from darknumba.parser import init_weights as random_init
-from conftest import ROOT
 
 DARKNET_SHAPES = {
     "yolov2-tiny": ("416x416x16 208x208x16 208x208x32 104x104x32 104x104x64 52x52x64 52x52x128 "
@@ -194,7 +194,7 @@ def test_yolov2_region_train_step_and_detections():
     assert (l.w, l.h, l.n, l.classes) == (4, 4, 5, 80)
     assert l.stats["count"] == 2
     net.forward(np.random.default_rng(2).uniform(0, 1, (1, 3, 128, 128)).astype(np.float32))
-    from darknumba.box import get_network_boxes
+    from darknumba.vision.box import get_network_boxes
     dets = get_network_boxes(net, 640, 480, thresh=0.0)
     assert len(dets) == 4 * 4 * 5 and np.isfinite(dets.bbox).all()
 

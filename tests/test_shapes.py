@@ -5,14 +5,9 @@ import numpy as np
 from typer.testing import CliRunner
 
 from darknumba.cli import app
-from darknumba.data import (
-    DataIssues,
-    DetectionDataset,
-    get_paths,
-    label_path,
-    read_data_cfg,
-)
-from darknumba.shapes import NAMES, generate_shapes
+from darknumba.data.datasets import (DataIssues, DetectionDataset, get_paths, label_path,
+                                     read_data_cfg)
+from darknumba.data.synthetic import NAMES, generate_shapes
 
 
 def test_generator_layout_labels_and_seed(tmp_path):

@@ -14,13 +14,8 @@ import pytest
 
 import darknumba as dn
 from darknumba.errors import DarknumbaError
-from darknumba.train import (
-    Schedule,
-    TrainingStopped,
-    TrainOptions,
-    load_partial_weights,
-    train_detector,
-)
+from darknumba.train.detector import (Schedule, TrainingStopped, TrainOptions, load_partial_weights,
+                                      train_detector)
 from darknumba.weights import read_header
 
 pytestmark = pytest.mark.slow
@@ -95,7 +90,7 @@ random=0
 
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
-    from darknumba.shapes import generate_shapes
+    from darknumba.data.synthetic import generate_shapes
     root = tmp_path_factory.mktemp("shapes")
     data = generate_shapes(root / "ds", n=80, valid_fraction=0.25, seed=5, size=(40, 56))
     cfg = root / "tiny.cfg"
@@ -161,7 +156,7 @@ def test_seed_makes_runs_reproducible(shapes, tmp_path):
 
 def test_partial_weights_load_into_a_new_head(shapes, tmp_path):
     from darknumba.parser import init_weights
-    from darknumba.train import partial
+    from darknumba.train.detector import partial
     cfg = shapes[1]
     net = dn.load_network(cfg)
     init_weights(net, seed=1)
@@ -206,7 +201,7 @@ def slow_fsync(fd):
         time.sleep(60)           # the kill lands here, in the middle of the second write
     real_fsync(fd)
 os.fsync = slow_fsync
-from darknumba.train import Schedule, TrainOptions, train_detector
+from darknumba.train.detector import Schedule, TrainOptions, train_detector
 train_detector(sys.argv[1], sys.argv[2], TrainOptions(
     backup=sys.argv[4], progress=False, chart=False, max_batches=int(sys.argv[5]),
     schedule=Schedule(every=1000, until=0, every_after=100000, backup_every=1)))
@@ -275,11 +270,11 @@ def test_finetune_from_official_yolov3_tiny_via_partial(shapes, tmp_path):
     and a training step on generated data gives a finite loss."""
     from conftest import ROOT, tiny_weights
 
-    from darknumba.augment import AugmentConfig
-    from darknumba.data import DetectionDataset, get_paths, read_data_cfg
-    from darknumba.loader import DetectionLoader, MultiScale
+    from darknumba.data.datasets import DetectionDataset, get_paths, read_data_cfg
+    from darknumba.data.loader import DetectionLoader, MultiScale
     from darknumba.parser import init_weights
-    from darknumba.train import partial
+    from darknumba.train.detector import partial
+    from darknumba.vision.augment import AugmentConfig
     weights = tiny_weights()
     cut = tmp_path / "yolov3-tiny.conv.15"
     partial(ROOT / "cfg" / "yolov3-tiny.cfg", weights, cut, 15, log=lambda m: None)
@@ -296,7 +291,7 @@ def test_finetune_from_official_yolov3_tiny_via_partial(shapes, tmp_path):
 
 
 def test_multiscale_sizes_and_resize_during_training(shapes, tmp_path):
-    from darknumba.loader import MultiScale, multiscale_sizes
+    from darknumba.data.loader import MultiScale, multiscale_sizes
     assert multiscale_sizes(416) == list(range(320, 609, 32))
     assert multiscale_sizes(64) == [64, 96]
     ms = MultiScale(416, 416, True, seed=0, max_batches=10000)

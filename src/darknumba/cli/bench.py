@@ -19,7 +19,7 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
     import numpy as np
 
     from ..parser import load_network
-    from ..profile import profile_forward, profile_train, unit_rolling_variance
+    from ..train.timing import profile_forward, profile_train, unit_rolling_variance
     net = load_network(cfg, weights, batch=batch)
     if weights is None:
         unit_rolling_variance(net)

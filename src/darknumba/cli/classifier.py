@@ -33,12 +33,12 @@ def train(data: DataArg, cfg: CfgArg,
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
     rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 1000
     iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save)."""
-    from ..classifier import ClassifierTrainOptions, train_classifier
-    from .detector_train import _compat
+    from ..train.classifier import ClassifierTrainOptions, train_classifier
+    from .detector_train import check_compat
     opts = ClassifierTrainOptions(weights=str(weights) if weights else None, clear=clear,
                                   seed=seed, workers=workers, max_batches=max_batches,
                                   backup=str(backup) if backup else None, log_every=log_every,
-                                  compat=_compat(compat))
+                                  compat=check_compat(compat))
     train_classifier(str(data), str(cfg), opts,
                      log=lambda m, file=None: typer.echo(m, err=file is sys.stderr))
 
@@ -49,9 +49,9 @@ def predict(data: DataArg, cfg: CfgArg,
             images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
             top: Annotated[Optional[int], typer.Option(help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
-    from ..classifier import ClassifierData, predict_image
-    from ..image import load_image_color
     from ..parser import load_network
+    from ..train.classifier import ClassifierData, predict_image
+    from ..vision.image import load_image_color
     dc = ClassifierData.read(data)
     net = load_network(cfg, weights, batch=1)
     k = top or dc.top
@@ -71,9 +71,9 @@ def valid(data: DataArg, cfg: CfgArg,
           batch: Annotated[int, typer.Option(help="images per forward pass")] = 16,
           verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""
-    from ..classifier import ClassifierData, labelled_paths, validate
     from ..errors import DataError
     from ..parser import load_network
+    from ..train.classifier import ClassifierData, labelled_paths, validate
     dc = ClassifierData.read(data)
     if not dc.valid:
         raise DataError(f"{data}: no `valid` list")
@@ -92,7 +92,7 @@ def example(out: Annotated[Path, typer.Argument(help="output folder")],
             seed: Annotated[int, typer.Option(help="random seed")] = 0):
     """Write a synthetic 5-class set (32x32 shapes) with its lists, labels and .data file;
     train it with cfg/shapes5-classifier.cfg."""
-    from ..classifier_example import make_example
+    from ..data.classifier_example import make_example
     data = make_example(out, n, valid, seed)
     typer.echo(f"wrote {n} images; data file: {data}")
 

@@ -45,7 +45,7 @@ def compare(
 ):
     """Run CFG + WEIGHTS through darknumba and C darknet; print per-layer max |diff|, max rel diff
     and a verdict, name the first layer past --tol, and exit 1 when any tensor fails."""
-    from ..compare import compare_darknet, compare_npz, save_dump
+    from ..parity.compare import compare_darknet, compare_npz, save_dump
     log = (lambda m: typer.echo(m, err=True))
     if (darknet is None) == (npz is None):
         raise DarknumbaError("give exactly one of --darknet DIR (a C darknet build) or --npz FILE")

@@ -12,7 +12,7 @@ data_app = typer.Typer(rich_markup_mode=None, help="Check a dataset, or generate
 def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")],
           policy: Annotated[str, typer.Option(help="skip: report every problem; stop: fail at the first")] = "skip"):
     """Decode every image and check every label line of the train and valid lists."""
-    from ..data import check_data
+    from ..data.datasets import check_data
     _, counts, issues = check_data(data, policy=policy, log=lambda m: typer.echo(m, err=True))
     for k, n in counts.items():
         typer.echo(f"{k}: {n} usable images")
@@ -30,7 +30,7 @@ def shapes(out: Annotated[Path, typer.Argument(help="output folder")],
     split, shapes.data and shapes.names (train it with cfg/shapes-tiny.cfg)."""
     from tqdm import tqdm
 
-    from ..shapes import generate_shapes
+    from ..data.synthetic import generate_shapes
     with tqdm(total=n, unit="img", leave=False) as bar:
         data = generate_shapes(out, n=n, valid_fraction=valid, seed=seed, progress=bar.update)
     typer.echo(f"wrote {n} images; data file: {data}")

@@ -33,7 +33,7 @@ def search_roots() -> list[Path]:
     """Folders searched for cfg/...: the current one, then the source checkout this package
     runs from (an editable install), then the package's own data folder."""
     pkg = Path(__file__).resolve().parents[1]
-    return [Path.cwd(), pkg.parents[1], pkg / "data"]
+    return [Path.cwd(), pkg.parents[1], pkg / "resources"]
 
 
 def find_default(rel: str) -> Path | None:
@@ -55,7 +55,7 @@ def default_cfg() -> Path:
 def default_weights(cfg: Path) -> Path:
     """weights/yolov3-tiny.weights beside the cfg/ folder the cfg came from; fetched (sha256
     checked) when missing."""
-    from ..fetch import fetch_weights
+    from ..data.fetch import fetch_weights
     folder = cfg.resolve().parent.parent / "weights"
     path = folder / f"{DEFAULT_WEIGHTS}.weights"
     if path.is_file():
@@ -138,7 +138,7 @@ def expand_images(args: list[str]) -> list[Path]:
 
 # -- running -----------------------------------------------------------------------------------
 def _load(path: Path):
-    from ..image import load_image_color
+    from ..vision.image import load_image_color
     try:
         return load_image_color(path), None
     except DataError as e:
@@ -194,8 +194,8 @@ def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | N
 def load_detector(cfg: Path, weights: Path, batch: int, names_file: Optional[Path] = None,
                   names: list[str] | None = None):
     """(net, class names) for detection: the network at `batch`, checked to have yolo outputs."""
-    from ..box import detection_layers
     from ..parser import load_network
+    from ..vision.box import detection_layers
     net = load_network(cfg, weights, batch=batch)
     classes = detection_layers(net)[-1].classes
     if names is None:
@@ -213,8 +213,8 @@ def run_detection(net, names: list[str], paths: list[Path], thresh: float = 0.5,
     to stdout), draw to `out`, write JSON lines. Returns the number of images done."""
     from tqdm import tqdm
 
-    from ..box import detect, detection_results, format_lines, detection_layers
-    from ..draw import draw_detections, save_png
+    from ..vision.box import detect, detection_layers, detection_results, format_lines
+    from ..vision.draw import draw_detections, save_png
 
     single = len(paths) == 1
     batch = net.batch

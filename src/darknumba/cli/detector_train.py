@@ -49,7 +49,7 @@ def train(data: DataArg, cfg: CfgArg,
 ):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
     saves <cfg>.backup; starting from a checkpoint resumes at its `seen`."""
-    from ..train import Schedule, TrainOptions, train_detector
+    from ..train.detector import Schedule, TrainOptions, train_detector
     if map_flag and not map_every:
         map_every = -1          # train_detector turns it into 4 epochs
     opts = TrainOptions(weights=str(weights) if weights else None, clear=clear, seed=seed,
@@ -58,11 +58,11 @@ def train(data: DataArg, cfg: CfgArg,
                         schedule=Schedule(checkpoint_every, checkpoint_until,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
-                        compat=_compat(compat))
+                        compat=check_compat(compat))
     train_detector(str(data), str(cfg), opts, log=_log)
 
 
-def _compat(value):
+def check_compat(value):
     from ..dialect import COMPAT_MODES
     if value not in COMPAT_MODES:
         raise typer.BadParameter(f"--compat takes darknet-cpu, not {value!r}")
@@ -74,7 +74,7 @@ def _log(msg, file=None):
 
 
 def _valid_set(data, policy="skip"):
-    from ..data import DataIssues, DetectionDataset, get_paths, read_data_cfg
+    from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
     from ..errors import DataError
     dc = read_data_cfg(data)
     lst = dc.resolve(dc.valid)
@@ -99,7 +99,7 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
          thresh: Annotated[float, typer.Option("--thresh", "-thresh", help="confidence for precision/recall/F1/IoU")] = 0.25,
          iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", help="IoU for a true positive (mAP@IoU)")] = 0.5):
     """Per-class AP, mAP@0.5 (VOC all-point), COCO mAP@[.5:.95], and P/R/F1/avg IoU at --thresh."""
-    from ..evaluate import evaluate_map
+    from ..train.evaluate import evaluate_map
     dc, ds = _valid_set(data)
     net = _net(cfg, weights)
     with _bar(len(ds), "map") as bar:
@@ -115,7 +115,7 @@ def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
            nms: Annotated[float, typer.Option(help="NMS IoU")] = 0.4):
     """validate_detector_recall: per image, truths found by any proposal, proposals per image,
     average best IoU."""
-    from ..evaluate import detect_list, recall_stats
+    from ..train.evaluate import detect_list, recall_stats
     _, ds = _valid_set(data)
     net = _net(cfg, weights)
     total = correct = proposals = 0
@@ -137,8 +137,8 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
           nms: Annotated[float, typer.Option(help="NMS IoU")] = 0.45):
     """validate_detector: per-class result files (`<prefix><class>.txt`: id score xmin ymin xmax
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
-    from ..data import get_paths, read_data_cfg
-    from ..evaluate import detect_list
+    from ..data.datasets import get_paths, read_data_cfg
+    from ..train.evaluate import detect_list
     dc = read_data_cfg(data)
     names = dc.class_names()
     paths = get_paths(dc.resolve(dc.valid))

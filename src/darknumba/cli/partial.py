@@ -10,7 +10,7 @@ def partial(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, hel
             out: Annotated[Path, typer.Argument(help="where to write the cut weights")],
             n: Annotated[int, typer.Argument(help="keep layers 0..N-1 (yolov3-tiny.conv.15: N=15)")]):
     """Save the first N layers' weights (seen reset to 0), for transfer learning."""
-    from ..train import partial as cut
+    from ..train.detector import partial as cut
     cut(str(cfg), str(weights), str(out), n, log=typer.echo)
 
 

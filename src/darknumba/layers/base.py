@@ -24,6 +24,7 @@ import numpy as np
 
 from ..dialect import DEFAULT_QUIRKS  # noqa: F401 (layers take it from here)
 from ..errors import CfgError
+from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.fused import batchnorm_x_norm
 
 
@@ -160,3 +161,15 @@ def require_image_input(section, params: SizeParams):
         raise CfgError(f"{section.where()}: layer {params.index} needs an image input "
                        f"(h x w x c), but the layer before it outputs a flat vector of "
                        f"{params.inputs} values")
+
+
+def pass_delta(net, delta, n, overwrite=False):
+    """Send this layer's delta (already w.r.t. its input) to the layer below: added into
+    net.delta, or copied over it when ``overwrite`` (what several Darknet CPU layers do:
+    [activation], [batchnorm], [normalization], [reorg]; quirks.overwrite_delta keeps that)."""
+    if net.delta is None:
+        return
+    if overwrite:
+        copy_cpu(n, delta, net.delta)
+    else:
+        axpy_cpu(n, 1.0, delta, net.delta)

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from ..box import Detections
+from ..detections import Detections
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.detection import detection_deltas, get_detection_detections_cpu
 from ..kernels.softmax import softmax_cpu

@@ -18,8 +18,7 @@ import math
 
 import numpy as np
 
-from ..box import Detections
-from ..image import letterbox_size
+from ..detections import Detections, letterbox_size
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.box import correct_yolo_boxes_cpu
 from ..kernels.region import (MAX_TRUTHS, activate_region_output, get_region_detections_cpu,

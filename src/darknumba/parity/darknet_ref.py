@@ -3,7 +3,7 @@ our shim (`compare_shim.c`, compiled at run time against their `include/darknet.
 their `libdarknet.so`, cached under ~/.cache/darknumba by the hashes of both).
 
 C darknet calls ``exit()`` on bad input (``file_error``, ``error``), so it always runs in a
-child process (``python -m darknumba.darknet_ref JOB.json``) that writes its tensors to an
+child process (``python -m darknumba.parity.darknet_ref JOB.json``) that writes its tensors to an
 .npz in the golden fixtures' layout (``input``, ``truth``, ``L###_output``, ``after_L###_weights``,
 ...). A child that dies is reported with darknet's last words.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DarknumbaError
+from ..errors import DarknumbaError
 
 SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
 # Fields read from each layer, by run mode (names of darknet's `layer` struct members).
@@ -155,7 +155,7 @@ def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=Non
             job["truth"] = str(tmp / "truth.npy")
         (tmp / "job.json").write_text(json.dumps(job))
         try:
-            r = subprocess.run([sys.executable, "-m", "darknumba.darknet_ref", str(tmp / "job.json")],
+            r = subprocess.run([sys.executable, "-m", "darknumba.parity.darknet_ref", str(tmp / "job.json")],
                                capture_output=True, text=True, timeout=timeout, cwd=tmp,
                                env=_child_env(tree))
         except subprocess.TimeoutExpired as e:

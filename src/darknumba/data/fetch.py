@@ -12,7 +12,7 @@ import tempfile
 import urllib.request
 from pathlib import Path
 
-from .errors import DarknumbaError
+from ..errors import DarknumbaError
 
 KNOWN = {
     "yolov3-tiny": {

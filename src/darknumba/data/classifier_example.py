@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .shapes import _background
+from .synthetic import background
 
 LABELS = ("circle", "square", "triangle", "cross", "diamond")
 
@@ -39,7 +39,7 @@ def _polygon(kind, cx, cy, r, rot):
 def make_image(rng, kind: str, size: int = 32):
     """One PIL RGB image with a single shape of the given kind."""
     from PIL import Image, ImageDraw
-    bg = _background(rng, size, size)
+    bg = background(rng, size, size)
     im = Image.fromarray((bg * 255).astype(np.uint8), "RGB")
     draw = ImageDraw.Draw(im)
     mean = bg.mean(axis=(0, 1))

@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .augment import AugmentConfig
-from .data import DataIssues, DetectionDataset, get_paths, read_data_cfg
-from .errors import DarknumbaError, WeightsError
-from .loader import DetectionLoader, MultiScale
-from .parser import load_network, parse_network_cfg
-from .weights import atomic_write, read_header, save_weights
+from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
+from ..data.loader import DetectionLoader, MultiScale
+from ..errors import DarknumbaError, WeightsError
+from ..parser import load_network, parse_network_cfg
+from ..vision.augment import AugmentConfig
+from ..weights import atomic_write, read_header, save_weights
 
 
 class TrainingStopped(DarknumbaError):
@@ -67,7 +67,7 @@ def load_partial_weights(net, path) -> int:
     """Load a .weights file that may cover only the first k layers (as `partial` writes, and as
     Darknet's load_weights accepts by reading until the file ends). Returns k. A file that ends
     inside a layer is an error naming that layer."""
-    from .weights import load_weights
+    from ..weights import load_weights
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(20)
@@ -225,7 +225,7 @@ class ValidMap:
         return r.map50
 
 
-class _StopFlag:
+class StopFlag:
     """Ctrl-C sets a flag the loop checks between iterations; a second Ctrl-C aborts."""
 
     def __init__(self):
@@ -312,7 +312,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     loader = DetectionLoader(ds, imgs, aug, scales, seed=opts.seed, start=start,
                              workers=opts.workers)
     try:
-        with _StopFlag() as stop:
+        with StopFlag() as stop:
             while net.current_batch() < net.max_batches:
                 t0 = time.time()
                 X, T = next(loader)

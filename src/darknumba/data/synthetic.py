@@ -18,7 +18,7 @@ import numpy as np
 NAMES = ("circle", "square", "triangle")
 
 
-def _background(rng, w, h) -> np.ndarray:
+def background(rng, w, h) -> np.ndarray:
     """An RGB float image in [0,1]: smooth colour noise, plus stripes or speckle."""
     gw, gh = int(rng.integers(2, 7)), int(rng.integers(2, 7))
     grid = rng.uniform(0, 1, (gh, gw, 3)).astype(np.float32)
@@ -56,7 +56,7 @@ def make_image(rng, w: int, h: int, max_objects: int = 4, min_size: float = 0.12
                max_size: float = 0.45):
     """One image (PIL RGB) and its label rows (class, x, y, w, h), relative."""
     from PIL import Image, ImageDraw
-    bg = _background(rng, w, h)
+    bg = background(rng, w, h)
     im = Image.fromarray((bg * 255).astype(np.uint8), "RGB")
     draw = ImageDraw.Draw(im)
     boxes, labels = [], []

@@ -6,34 +6,12 @@ Detections are parallel arrays (see Detections); the loops over boxes live in ke
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from .errors import CfgError
-from .image import letterbox_size
-from .kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
-                          yolo_num_detections_cpu)
-
-
-@dataclass
-class Detections:
-    """Darknet's `detection` array, one row per candidate box.
-
-    bbox (count, 4) float32: x, y (centre), w, h; relative to the image (0..1) or in pixels.
-    objectness (count,) float32.
-    prob (count, classes) float32: objectness * class probability, 0 where <= thresh.
-    """
-    bbox: np.ndarray
-    objectness: np.ndarray
-    prob: np.ndarray
-
-    def __len__(self):
-        return self.bbox.shape[0]
-
-    @property
-    def classes(self) -> int:
-        return self.prob.shape[1]
+from ..detections import Detections, letterbox_size
+from ..errors import CfgError
+from ..kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
+                           yolo_num_detections_cpu)
 
 
 def detection_layers(net) -> list:

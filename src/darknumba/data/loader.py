@@ -12,10 +12,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from .augment import AugmentConfig, augment_detection
-from .data import DetectionDataset
-from .errors import DataError
-from .image import load_image_color
+from ..errors import DataError
+from ..vision.augment import AugmentConfig, augment_detection
+from ..vision.image import load_image_color
+from .datasets import DetectionDataset
 
 RESIZE_EVERY = 10   # train_detector: a new size every 10 batches when random=1
 

@@ -22,13 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .augment import random_distort_image
-from .cfg import read_cfg
-from .data import get_paths, read_data_cfg, read_list
-from .errors import DataError, DarknumbaError
-from .image import letterbox_image, load_image_color, resize_image
-from .train import _StopFlag, train_iteration, training_network
-from .weights import save_weights
+from ..cfg import read_cfg
+from ..data.datasets import get_paths, read_data_cfg, read_list
+from ..errors import DarknumbaError, DataError
+from ..vision.augment import random_distort_image
+from ..vision.image import letterbox_image, load_image_color, resize_image
+from ..weights import save_weights
+from .detector import StopFlag, train_iteration, training_network
 
 
 # -- the .data file and labels -----------------------------------------------------------------
@@ -262,7 +262,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     epoch = net.seen // N
     avg_loss, loss, interrupted = -1.0, math.nan, False
     try:
-        with _StopFlag() as stop:
+        with StopFlag() as stop:
             while net.current_batch() < net.max_batches:
                 t0 = time.time()
                 X, T = next(loader)

@@ -179,8 +179,8 @@ def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
     """Darknet's test path (letterbox, forward, get_network_boxes, do_nms_sort) over a list, in
     batches of net.batch: yields (index, path, (w, h), boxes (k,4) relative, probs (k,C),
     objectness (k,))."""
-    from .box import detect
-    from .image import load_image_color
+    from ..vision.box import detect
+    from ..vision.image import load_image_color
     for start in range(0, len(paths), net.batch):
         chunk = paths[start:start + net.batch]
         ims = [load_image_color(p) for p in chunk]

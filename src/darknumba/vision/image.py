@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..detections import letterbox_size
+from ..errors import DataError
 
 _16BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
@@ -104,13 +105,6 @@ def resize_image(im: np.ndarray, w: int, h: int) -> np.ndarray:
     first (into a (c, im_h, w) buffer), then rows, each in float32 as the C does."""
     im = np.ascontiguousarray(im, dtype=np.float32)
     return np.ascontiguousarray(_resize_rows(_resize_columns(im, w), h), dtype=np.float32)
-
-
-def letterbox_size(im_w: int, im_h: int, w: int, h: int) -> tuple[int, int]:
-    """(new_w, new_h) that letterbox_image and correct_yolo_boxes use (integer division)."""
-    if float(np.float32(w) / np.float32(im_w)) < float(np.float32(h) / np.float32(im_h)):
-        return w, (im_h * w) // im_w
-    return (im_w * h) // im_h, h
 
 
 def letterbox_image(im: np.ndarray, w: int, h: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .errors import DataError
+from ..errors import DataError
 
 POLICIES = ("skip", "stop")
 
@@ -246,7 +246,7 @@ class DetectionDataset:
 
 
 def image_readable(path: str, issues: DataIssues) -> bool:
-    from .image import load_image_color
+    from ..vision.image import load_image_color
     try:
         load_image_color(path)
         return True

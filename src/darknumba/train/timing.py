@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 
-from .network import zero_delta
+from ..network import zero_delta
 
 
 def unit_rolling_variance(net):

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import DarknumbaError
 from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
-from .errors import DarknumbaError
-from .tensordiff import AFTER_FIELDS, DEFAULT_TOL, STEP_PARAMS, Row, compare_tensors, scalar_rows
+from .tensordiff import (AFTER_FIELDS, DEFAULT_TOL, STEP_PARAMS, Row, compare_tensors, scalar_rows)
+
 
 @dataclass
 class Report:
@@ -259,7 +260,7 @@ def read_truth(path, net) -> np.ndarray:
 
 
 def _load(cfg, weights, batch, perturb, log):
-    from .parser import load_network
+    from ..parser import load_network
     net = load_network(cfg, weights, batch=batch, compat="darknet-cpu")
     if perturb:
         msg = perturb_weight(net, perturb)
@@ -274,8 +275,8 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
     """darknumba vs the C darknet built in `darknet_dir`. image: a picture (letterboxed by
     darknet; our letterbox is compared as the `input` row) or a float32 tensor file (.npy/.f32).
     Returns (report, ours, ref): the last two are tensor dicts in the golden layout."""
+    from ..parser import parse_network_cfg
     from .darknet_ref import DarknetTree, run_darknet
-    from .parser import parse_network_cfg
     tree = DarknetTree.locate(darknet_dir)
     if (image is None) == (not random_input):
         raise DarknumbaError("give an IMAGE (or input tensor file) or --random-input, not both")
@@ -309,7 +310,7 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
 
 
 def _our_letterbox(image, net) -> np.ndarray:
-    from .image import letterbox_image, load_image_color
+    from ..vision.image import letterbox_image, load_image_color
     one = letterbox_image(load_image_color(image), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)
 

@@ -1,0 +1,1 @@
+"""Checking against a C darknet build: the shim, running it, tensor differences."""

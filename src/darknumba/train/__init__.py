@@ -1,0 +1,1 @@
+"""Training applications: detector and classifier loops, evaluation (mAP), per-layer timing."""

@@ -1,0 +1,1 @@
+"""Image I/O, Darknet's resize/letterbox, augmentation, the detection pipeline, drawing."""
