@@ -334,9 +334,46 @@ def test_fused_batchnorm_backward_equals_darknets_seven_kernels(train):
     normalize_delta_cpu(x, mean, var, ref[3], ref[4], b, f, s, ref[0])
     got = [delta.copy(), bu.copy(), su.copy(), md.copy(), vd.copy()]
     batchnorm_backward(got[0], x, mean, var, scales, b, f, s, got[1], got[2], got[3], got[4], x_mean,
-                       x_var)
+                       d, False)
     for name, g, r in zip(["delta", "bias_updates", "scale_updates", "mean_delta", "variance_delta"], got, ref):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max(), err_msg=name)
+
+
+def test_batchnorm_backward_alexeyab_normalize_delta():
+    """AlexeyAB's normalize_delta_cpu divides by sqrt(var) + 1e-5 (its mean and variance
+    deltas keep the epsilon inside the root): a float64 reference of its formulas."""
+    from darknumba.kernels.fused import batchnorm_backward, bn_divisors
+    b, f, s = 2, 4, 29
+    # batch statistics of a small spread (var ~ 1e-4), where the two epsilons differ by 5%
+    x = (rand(f)[None, :, None] + 0.01 * rand(b, f, s)).astype(np.float32)
+    mean = x.mean((0, 2)).astype(np.float32)
+    var = x.var((0, 2), ddof=1).astype(np.float32)
+    x = x.ravel()
+    delta, scales = rand(b * f * s), rand(f)
+    d = np.empty(f, np.float32)
+    bn_divisors(var, True, d)
+    np.testing.assert_allclose(d, np.sqrt(var.astype(np.float64) + 1e-5), rtol=1e-7)
+    x3, g3 = x.reshape(b, f, s).astype(np.float64), delta.reshape(b, f, s).astype(np.float64)
+    x_norm = (x3 - mean[:, None]) / d[:, None]
+    v = var.astype(np.float64)[:, None]
+    gs = g3 * scales[:, None]
+    md = gs.sum((0, 2)) * (-1 / np.sqrt(var + 1e-5))
+    vd = (gs * (x3 - mean[:, None])).sum((0, 2)) * (-0.5 * (var + 1e-5) ** -1.5)
+    n = b * s
+    ref = gs / (np.sqrt(v) + 1e-5) + vd[:, None] * 2 * (x3 - mean[:, None]) / n + md[:, None] / n
+    got = delta.copy()
+    bu, su, gmd, gvd = (np.zeros(f, np.float32) for _ in range(4))
+    batchnorm_backward(got, x, mean, var, scales, b, f, s, bu, su, gmd, gvd, mean, d, True)
+    np.testing.assert_allclose(bu, g3.sum((0, 2)), rtol=1e-5)
+    np.testing.assert_allclose(su, (g3 * x_norm).sum((0, 2)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(gmd, md, rtol=1e-5)
+    np.testing.assert_allclose(gvd, vd, rtol=1e-5)
+    np.testing.assert_allclose(got, ref.ravel(), rtol=1e-4, atol=1e-5 * np.abs(ref).max())
+    # pjreddie's formula fails the same comparison: the check can fail
+    pj = delta.copy()
+    batchnorm_backward(pj, x, mean, var, scales, b, f, s, *(np.zeros(f, np.float32) for _ in range(4)),
+                       mean, d, False)
+    assert not np.allclose(pj, ref.ravel(), rtol=1e-4, atol=1e-5 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e4])

@@ -41,6 +41,9 @@ class Quirks:
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
     bn_epsilon_inside_sqrt: bool = False
+    # batch norm backward (normalize_delta_cpu): pjreddie 1 / sqrt(v + 1e-5); AlexeyAB
+    # 1 / (sqrt(v) + 1e-5) (its mean and variance deltas keep the epsilon inside, as pjreddie)
+    bn_delta_eps_outside_sqrt: bool = False
     # rolling statistics: rolling = m * rolling + (1 - m) * batch statistic
     bn_rolling_momentum: float = 0.99
     # .weights header written on save: (major, minor, revision)
@@ -60,7 +63,8 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
     if dialect == "alexeyab":
-        return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_rolling_momentum=0.9,
+        return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_delta_eps_outside_sqrt=True,
+                      bn_rolling_momentum=0.9,
                       weights_version=(0, 2, 5))
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,

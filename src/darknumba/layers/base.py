@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dialect import DEFAULT_QUIRKS  # noqa: F401 (layers take it from here)
+from ..dialect import DEFAULT_QUIRKS
 from ..errors import CfgError
 from ..kernels.blas import axpy_cpu, copy_cpu
-from ..kernels.fused import batchnorm_x_norm
+from ..kernels.fused import batchnorm_x_norm, bn_divisors
 
 
 @dataclass
@@ -103,6 +103,7 @@ class Layer:
     dontload = False
     dontsave = False
     workspace_size = 0            # floats of the network's shared scratch buffer this layer needs
+    quirks = DEFAULT_QUIRKS       # the network's named behaviours (set when built from a cfg)
 
     batch = h = w = c = 0
     out_h = out_w = out_c = 0
@@ -121,7 +122,9 @@ class Layer:
         if getattr(self, "x", None) is None or getattr(self, "mean", None) is None:
             return None
         out = np.empty_like(self.x)
-        batchnorm_x_norm(self.x, self.mean, self.variance, self.batch, self.out_c,
+        divisor = np.empty_like(self.variance)
+        bn_divisors(self.variance, self.quirks.bn_epsilon_inside_sqrt, divisor)
+        batchnorm_x_norm(self.x, self.mean, divisor, self.batch, self.out_c,
                          self.out_h * self.out_w, out)
         return out
 

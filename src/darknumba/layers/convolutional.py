@@ -26,6 +26,7 @@ from ..kernels.fused import (
     batchnorm_backward,
     batchnorm_bias_activate,
     batchnorm_train_epilogue,
+    bn_divisors,
     bias_activate,
     mean_variance_cpu,
 )
@@ -72,8 +73,9 @@ def forward_batchnorm(l, net, stats_done=False):
     """forward_batchnorm_layer for conv/connected outputs already in l.output (then activation).
 
     Train mode: batch mean and *unbiased* variance (already in l.mean / l.variance when
-    stats_done), rolling stats updated 0.99/0.01 during the forward pass, x kept for
-    backward. Test mode: rolling statistics."""
+    stats_done), rolling stats updated during the forward pass (pjreddie 0.99/0.01,
+    AlexeyAB 0.9/0.1: quirks.bn_rolling_momentum), x kept for backward. Test mode: rolling
+    statistics. The normaliser is the dialect's (see kernels.fused.bn_divisors)."""
     n, spatial = l.out_c, l.out_h * l.out_w
     if net.train:
         if stats_done:
@@ -83,16 +85,23 @@ def forward_batchnorm(l, net, stats_done=False):
         else:
             mean_cpu(l.output, l.batch, n, spatial, l.mean)
             variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
-        scal_cpu(n, 0.99, l.rolling_mean)
-        axpy_cpu(n, 0.01, l.mean, l.rolling_mean)
-        scal_cpu(n, 0.99, l.rolling_variance)
-        axpy_cpu(n, 0.01, l.variance, l.rolling_variance)
+        keep = l.quirks.bn_rolling_momentum
+        scal_cpu(n, keep, l.rolling_mean)
+        axpy_cpu(n, 1.0 - keep, l.mean, l.rolling_mean)
+        scal_cpu(n, keep, l.rolling_variance)
+        axpy_cpu(n, 1.0 - keep, l.variance, l.rolling_variance)
         # copy x, normalize, scale, add bias, activate: one sweep (x_norm is recomputed)
-        batchnorm_train_epilogue(l.output, l.x, l.mean, l.variance, l.scales, l.biases,
-                                 l.batch, n, spatial, l.activation_id)
+        batchnorm_train_epilogue(l.output, l.x, l.mean, bn_divisor(l, l.variance), l.scales,
+                                 l.biases, l.batch, n, spatial, l.activation_id)
     else:
-        batchnorm_bias_activate(l.output, l.rolling_mean, l.rolling_variance, l.scales, l.biases,
-                                l.batch, n, spatial, l.activation_id)
+        batchnorm_bias_activate(l.output, l.rolling_mean, bn_divisor(l, l.rolling_variance),
+                                l.scales, l.biases, l.batch, n, spatial, l.activation_id)
+
+
+def bn_divisor(l, variance):
+    """The dialect's batch-norm normaliser per channel for `variance`, in l.divisor."""
+    bn_divisors(variance, l.quirks.bn_epsilon_inside_sqrt, l.divisor)
+    return l.divisor
 
 
 def backward_batchnorm(l, net):
@@ -103,7 +112,7 @@ def backward_batchnorm(l, net):
     mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
     batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
                        l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta, l.mean,
-                       l.variance)
+                       bn_divisor(l, l.variance), l.quirks.bn_delta_eps_outside_sqrt)
 
 
 def alloc_params(l, nweights, n):
@@ -120,7 +129,7 @@ def alloc_batchnorm(l, n):
     """Batch-norm scales (1) and their gradients, batch and rolling statistics, for n channels."""
     l.scales, l.scale_updates = np.ones(n, dtype=np.float32), zeros(n)
     for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
-                 "rolling_variance"):
+                 "rolling_variance", "divisor"):
         setattr(l, name, zeros(n))
 
 
@@ -271,8 +280,8 @@ class ConvolutionalLayer(Layer):
         if not self.batch_normalize:
             conv3x3_direct_cpu(*args, e, e, e, self.biases, act, e, e)
         elif not net.train:
-            conv3x3_direct_cpu(*args, self.rolling_mean, self.rolling_variance, self.scales,
-                               self.biases, act, e, e)
+            conv3x3_direct_cpu(*args, self.rolling_mean, bn_divisor(self, self.rolling_variance),
+                               self.scales, self.biases, act, e, e)
         else:
             stats = one_sweep_batch_stats(self)
             conv3x3_direct_cpu(*args, e, e, e, e, 0, self.mean if stats else e,
