@@ -54,6 +54,7 @@ class Network:
         self.seen = 0
         self.t = 0
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
+        self.dialect_reason = "the default"
         self.cfg_path = None
         # state of the pass under way (Darknet's `network` passed by value)
         self.input = None

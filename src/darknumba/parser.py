@@ -1,13 +1,14 @@
 """Build a Network from a .cfg (Darknet's `parse_network_cfg`), and load_network."""
 from __future__ import annotations
 
+import logging
 import os
 import warnings
 
 import numpy as np
 
 from .cfg import Section, read_cfg
-from .dialect import quirks_for
+from .dialect import choose_dialect, quirks_for
 from .errors import CfgError
 from .layers import LAYER_TYPES
 from .layers.base import SizeParams, darknet_random_init
@@ -110,13 +111,23 @@ def init_weights(net: Network, seed: int = 0, start: int = 0):
         darknet_random_init(l, rng)
 
 
+log = logging.getLogger("darknumba")
+
+
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
-                      seed: int | None = 0, dialect: str | None = None) -> Network:
+                      seed: int | None = 0, dialect: str | None = None,
+                      weights_version: tuple | None = None) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
-    from Darknet's random initialisation with `seed` (None: left at zero)."""
-    quirks = quirks_for(dialect, compat)
+    from Darknet's random initialisation with `seed` (None: left at zero).
+
+    dialect: "pjreddie" or "alexeyab"; None chooses (see dialect.choose_dialect: the cfg's
+    AlexeyAB-only sections and keys, then `weights_version`, the header of the .weights
+    about to be loaded). net.dialect and net.dialect_reason say which and why."""
     path = os.fspath(path)
     sections = read_cfg(path)
+    dialect, reason = choose_dialect(sections, dialect, weights_version)
+    quirks = quirks_for(dialect, compat)
+    log.info("dialect: %s (%s)", dialect, reason)
     first = sections[0]
     if first.type not in ("net", "network"):
         raise CfgError(f"{path}:{first.line}: the first section must be [net] or [network], "
@@ -124,6 +135,7 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     net = Network()
     net.cfg_path = path
     net.quirks = quirks
+    net.dialect_reason = reason
     parse_net_options(first, net, batch)
     _warn_unused(first)
     if len(sections) == 1:
@@ -153,12 +165,14 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
-                 clear: bool = False) -> Network:
+                 clear: bool = False, dialect: str | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
     batch/subdivisions."""
-    from .weights import load_weights
-    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0)
+    from .weights import load_weights, peek_version
+    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
+                            dialect=dialect,
+                            weights_version=peek_version(weights) if weights else None)
     if weights is not None:
         load_weights(net, weights)
     if clear:
