@@ -11,7 +11,7 @@ from .cfg import Section, read_cfg
 from .dialect import choose_dialect, quirks_for
 from .errors import CfgError
 from .layers import LAYER_TYPES
-from .layers.base import SizeParams, darknet_random_init
+from .layers.base import SizeParams
 from .network import POLICIES, Network
 
 
@@ -105,10 +105,10 @@ def _generic_options(s: Section, l):
 
 
 def init_weights(net: Network, seed: int = 0, start: int = 0):
-    """Darknet's random initialisation (`darknet_random_init`) of layers [start, n), seeded."""
+    """Darknet's random initialisation (each layer's random_init) of layers [start, n), seeded."""
     rng = np.random.default_rng([seed, 1])
     for l in net.layers[start:]:
-        darknet_random_init(l, rng)
+        l.random_init(rng)
 
 
 log = logging.getLogger("darknumba")
