@@ -63,9 +63,22 @@ def _rate_sig(net, b):
     return float(f32(float(f32(net.learning_rate)) * sig))
 
 
+def _rate_sgdr(net, b):
+    """AlexeyAB's SGDR: cosine from learning_rate to learning_rate_min over cycles of
+    sgdr_cycle batches, each sgdr_mult times longer than the one before."""
+    start, cycle = 0, net.sgdr_cycle
+    while start + cycle < b:
+        start += cycle
+        cycle *= net.sgdr_mult
+    lr, lo = float(np.float32(net.learning_rate)), float(np.float32(net.learning_rate_min))
+    return float(np.float32(lo + 0.5 * (lr - lo) * (1.0 + math.cos(
+        float(np.float32(b - start)) * 3.14159265 / cycle))))
+
+
 # get_current_rate's policies by cfg name: (net, batch_num) -> the rate after burn_in
 RATE_POLICIES = {"constant": _rate_constant, "step": _rate_step, "steps": _rate_steps,
-                 "exp": _rate_exp, "poly": _rate_poly, "sig": _rate_sig, "random": _rate_random}
+                 "exp": _rate_exp, "poly": _rate_poly, "sig": _rate_sig, "random": _rate_random,
+                 "sgdr": _rate_sgdr}
 POLICIES = tuple(RATE_POLICIES)
 
 

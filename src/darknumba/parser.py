@@ -65,16 +65,14 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
     net.hue = s.find_float("hue", 0)
     if not net.inputs and not (net.h and net.w and net.c):
         raise s.error(None, "no input size: set width, height and channels (or inputs)")
-    net.policy = s.find_str("policy", "constant")
-    if net.policy not in POLICIES:
-        raise s.error("policy", f"unknown policy {net.policy!r}; expected one of {', '.join(POLICIES)}")
+    net.policy = policy_name(s, net.quirks.dialect)
     net.burn_in = s.find_int("burn_in", 0)
     net.power = s.find_float("power", 4)
     if net.policy == "step":
         net.step = s.find_int("step", 1)
         net.scale = s.find_float("scale", 1)
-    elif net.policy == "steps":
-        if not s.has("steps") or not s.has("scales"):
+    elif net.policy == "steps" or (net.policy == "sgdr" and s.has("steps")):
+        if net.policy == "steps" and (not s.has("steps") or not s.has("scales")):
             raise s.error(None, "policy=steps needs both steps= and scales=")
         net.steps = s.find_list("steps", int)
         net.scales = s.find_list("scales", float)
@@ -89,6 +87,49 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
     net.max_batches = s.find_int("max_batches", 0)
     if net.policy == "poly" and net.max_batches <= 0:
         raise s.error("max_batches", "policy=poly needs max_batches > 0")
+
+
+# The cfg names of the rate policies, per dialect (AlexeyAB says "sigmoid" and adds "sgdr")
+POLICY_NAMES = {"pjreddie": {p: p for p in POLICIES if p != "sgdr"},
+                "alexeyab": {**{p: p for p in POLICIES if p != "sig"}, "sigmoid": "sig"}}
+
+
+def policy_name(s: Section, dialect: str) -> str:
+    name = s.find_str("policy", "constant")
+    names = POLICY_NAMES[dialect]
+    if name in names:
+        return names[name]
+    hint = ""
+    if dialect == "alexeyab" and name == "sig":
+        hint = " (AlexeyAB's Darknet calls it 'sigmoid'; with 'sig' it falls back to constant)"
+    elif dialect == "pjreddie" and name in ("sigmoid", "sgdr"):
+        hint = " (that is AlexeyAB's name: --dialect alexeyab)"
+    raise s.error("policy", f"unknown policy {name!r}{hint}; expected one of "
+                            f"{', '.join(names)}")
+
+
+def parse_ab_net_options(s: Section, net: Network):
+    """The [net] keys only AlexeyAB's parse_net_options reads, with its defaults: kept on the
+    network (augmentation and schedule keys are used by training; letter_box by detection)."""
+    if net.adam and not s.has("eps"):
+        net.eps = 0.000001                      # AlexeyAB's default (pjreddie 1e-7)
+    ints = {"flip": 1, "blur": 0, "gaussian_noise": 0, "mixup": 0, "cutmix": 0, "mosaic": 0,
+            "letter_box": 0, "mosaic_bound": 0, "contrastive": 0, "contrastive_jit_flip": 0,
+            "contrastive_color": 0, "unsupervised": 0, "attention": 0, "track": 0,
+            "augment_speed": 2, "try_fix_nan": 0, "weights_reject_freq": 0,
+            "equidistant_point": 0, "use_cuda_graph": 0, "dynamic_minibatch": 0,
+            "optimized_memory": 0, "sgdr_mult": 2,
+            "sequential_subdivisions": net.subdivisions, "sgdr_cycle": net.max_batches}
+    floats = {"learning_rate_min": 0.00001, "ema_alpha": 0.0, "label_smooth_eps": 0.0,
+              "resize_step": 32.0, "adversarial_lr": 0.0, "max_chart_loss": 20.0,
+              "loss_scale": 1.0, "badlabels_rejection_percentage": 0.0,
+              "num_sigmas_reject_badlabels": 0.0, "workspace_size_limit_MB": 1024.0}
+    for key, default in ints.items():
+        setattr(net, key, s.find_int(key, default))
+    for key, default in floats.items():
+        setattr(net, key.lower(), s.find_float(key, default))
+    net.sequential_subdivisions = min(net.sequential_subdivisions, net.subdivisions)
+    net.seq_scales = s.find_list("seq_scales", float) if s.has("seq_scales") else []
 
 
 def _generic_options(s: Section, l):
@@ -137,6 +178,8 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     net.quirks = quirks
     net.dialect_reason = reason
     parse_net_options(first, net, batch)
+    if quirks.dialect == "alexeyab":
+        parse_ab_net_options(first, net)
     _warn_unused(first)
     if len(sections) == 1:
         raise CfgError(f"{path}: no layers after [net]")
