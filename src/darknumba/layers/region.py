@@ -30,6 +30,7 @@ from ..kernels.yolo import sum_squares
 from ..tree import read_map, read_tree, resolve
 from .base import Layer, require_image_input
 from .common import overwrites
+from .truth import box_rows, check_box_truth
 
 _NO_INTS = np.zeros(0, dtype=np.int64)
 
@@ -99,6 +100,10 @@ class RegionLayer(Layer):
                 raise s.error("tree", f"the tree has {l.tree.n} classes, the layer classes={classes}")
         if s.has("map"):
             l.map = read_map(resolve(s.find_str("map"), params.path))
+            bad = l.map[(l.map < 0) | (l.map >= classes)]
+            if bad.size:
+                raise s.error("map", f"the class map sends ids to {int(bad[0])}, outside the "
+                                     f"layer's classes 0..{classes - 1}")
         return l
 
     def forward(self, net):
@@ -118,6 +123,7 @@ class RegionLayer(Layer):
         self.delta[:] = 0.0
         if not net.train or net.truth is None:
             return
+        self.check_truth(net)
         stats = np.zeros(7, dtype=np.float64)
         skip = np.zeros(self.batch, dtype=np.int64)
         t = self.tree
@@ -141,6 +147,18 @@ class RegionLayer(Layer):
                       "obj": per(obj),
                       "no_obj": anyobj / (wh * self.n * self.batch), "recall": per(recall),
                       "count": int(count)}
+
+    def check_truth(self, net):
+        """Refuse truths whose cell or class would index outside the output (with a tree,
+        a classification-only truth, x and y > 100000, has only its class checked)."""
+        per = self.coords + 1
+        class_only = None
+        if self.tree is not None:
+            rows, _ = box_rows(net.truth, self.batch, self.truths, per, MAX_TRUTHS)
+            class_only = (rows[..., 0] > 100000) & (rows[..., 1] > 100000)
+        check_box_truth(net.truth, f"[region] layer {getattr(net, 'index', '?')}", self.batch, self.truths, per,
+                        MAX_TRUTHS, self.classes, self.coords,
+                        self.map.size if self.map.size else None, class_only)
 
     def stats_line(self) -> str:
         """Darknet's print-out of the last training forward."""
