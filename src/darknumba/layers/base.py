@@ -24,6 +24,7 @@ import numpy as np
 
 from ..errors import CfgError
 from ..kernels.fused import batchnorm_x_norm
+from .memory import SizeError, reserve
 
 
 @dataclass
@@ -90,10 +91,6 @@ def darknet_random_init(l, rng):
         l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
 
 
-def zeros(n: int) -> np.ndarray:
-    return np.zeros(int(n), dtype=np.float32)
-
-
 class Layer:
     type = "none"
     weight_records_order: tuple = ()
@@ -107,8 +104,33 @@ class Layer:
     inputs = outputs = 0
 
     def _alloc_io(self):
-        self.output = zeros(self.batch * self.outputs)
-        self.delta = zeros(self.batch * self.outputs)
+        """output and delta, batch x outputs each, once the output is known to have pixels
+        and the memory budget allows them."""
+        self.check_output_shape()
+        n = reserve(2 * self.batch * self.outputs, np.float32,
+                    f"output and delta ({self.batch} x {self.outputs} values each)") // 2
+        self.output = np.zeros(n, dtype=np.float32)
+        self.delta = np.zeros(n, dtype=np.float32)
+
+    def check_output_shape(self):
+        """An image output needs out_w, out_h, out_c >= 1 (a flat one leaves them 0); every
+        output needs a value per image. Darknet would go on with a -9 x -9 map."""
+        dims = (self.out_w, self.out_h, self.out_c)
+        if self.outputs < 1 or self.batch < 1 or (any(dims) and min(dims) < 1):
+            shape = f"{self.out_w} x {self.out_h} x {self.out_c}" if any(dims) else \
+                f"{self.outputs} values"
+            raise SizeError(f"the output has no pixels: {self._size_story()} gives {shape}"
+                            + (f" (batch {self.batch})" if self.batch < 1 else ""))
+
+    def _size_story(self) -> str:
+        """The input and the size options an output shape comes from."""
+        parts = [f"a {self.w} x {self.h} x {self.c} input" if (self.w or self.h or self.c)
+                 else f"{self.inputs} inputs"]
+        for key in ("size", "stride", "pad"):
+            v = getattr(self, key, None)
+            if isinstance(v, int | np.integer):
+                parts.append(f"{key} {v}")
+        return ", ".join(parts)
 
     @property
     def x_norm(self):

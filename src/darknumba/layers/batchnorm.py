@@ -10,7 +10,8 @@ import numpy as np
 
 from ..kernels.activations import ACTIVATIONS
 from ..kernels.blas import copy_cpu, sgd_update_cpu
-from .base import Layer, require_image_input, zeros
+from .base import Layer, require_image_input
+from .memory import zeros
 from .common import overwrites, pass_delta
 from .convolutional import alloc_batchnorm, backward_batchnorm, forward_batchnorm
 

@@ -4,7 +4,8 @@ from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
-from .base import Layer, zeros
+from .base import Layer
+from .memory import zeros
 from .convolutional import (
     alloc_params,
     backward_batchnorm,

@@ -29,6 +29,7 @@ from ..kernels.softmax import softmax_cpu
 from ..kernels.yolo import sum_squares
 from ..tree import read_map, read_tree, resolve
 from .base import Layer, require_image_input
+from .memory import full
 from .common import overwrites
 from .truth import box_rows, check_box_truth
 
@@ -40,7 +41,7 @@ class RegionLayer(Layer):
 
     def __init__(self, batch, w, h, n, classes, coords=4, anchors=None, compat=None):
         self.batch, self.n, self.classes, self.coords = batch, n, classes, coords
-        self.biases = np.full(n * 2, 0.5, dtype=np.float32)
+        self.biases = full(n * 2, 0.5, "anchors")
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.truths = MAX_TRUTHS * (coords + 1)

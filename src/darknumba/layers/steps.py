@@ -9,7 +9,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from .base import darknet_random_init, zeros
+from .base import darknet_random_init
+from .memory import zeros
 
 
 class StepBuffers:

@@ -11,6 +11,7 @@ from ..kernels.yolo import (
     yolo_truth_deltas,
 )
 from .base import Layer, require_image_input
+from .memory import full
 from .truth import check_box_truth
 
 
@@ -21,7 +22,7 @@ class YoloLayer(Layer):
         self.batch, self.w, self.h = batch, w, h
         self.n, self.total, self.classes = n, total, classes
         self.mask = np.asarray(mask if mask is not None else range(n), dtype=np.int32)
-        self.biases = np.full(total * 2, 0.5, dtype=np.float32)
+        self.biases = full(total * 2, 0.5, "anchors")
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.max_boxes = 90
