@@ -66,7 +66,8 @@ def _iou(a, b):
     w = overlap(a[0], a[2], b[0], b[2])
     h = overlap(a[1], a[3], b[1], b[3])
     inter = 0.0 if (w < 0 or h < 0) else w * h
-    return inter / (a[2] * a[3] + b[2] * b[3] - inter)
+    union = a[2] * a[3] + b[2] * b[3] - inter
+    return inter / union if union > 0 else 0.0
 
 
 def yolo_loss(output, truth, biases, mask, total, batch, n, lw, lh, classes, netw, neth,

@@ -11,6 +11,7 @@ from .cfg import Section, read_cfg
 from .dialect import choose_dialect, quirks_for
 from .errors import CfgError
 from .layers import LAYER_TYPES
+from .layers import memory
 from .layers.base import SizeParams
 from .network import POLICIES, Network
 
@@ -53,6 +54,10 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
     net.w = s.find_int("width", 0)
     net.c = s.find_int("channels", 0)
     net.inputs = s.find_int("inputs", net.h * net.w * net.c)
+    for key, v in (("height", net.h), ("width", net.w), ("channels", net.c),
+                   ("inputs", net.inputs)):
+        if v < 0:
+            raise s.error(key, f"must be at least 0, found {v}")
     net.max_crop = s.find_int("max_crop", net.w * 2)
     net.min_crop = s.find_int("min_crop", net.w)
     for key in ("max_ratio", "min_ratio", "clip"):
@@ -155,15 +160,44 @@ def init_weights(net: Network, seed: int = 0, start: int = 0):
 log = logging.getLogger("darknumba")
 
 
+def _build_layers(net: Network, sections: list[Section], path: str, b: memory.MemoryBudget):
+    """parse_network_cfg's loop: each section's layer sized from the one before it."""
+    h, w, c, inputs = net.h, net.w, net.c, net.inputs
+    for index, s in enumerate(sections):
+        if s.type in ("net", "network"):
+            raise CfgError(f"{s.where()}: a second [net] section (layer {index})")
+        cls = LAYER_TYPES.get(s.type)
+        if cls is None:
+            known = ", ".join(sorted(set(LAYER_TYPES)))
+            raise CfgError(f"{s.where()}: unknown section type [{s.type}] (layer {index}); "
+                           f"supported: {known}")
+        params = SizeParams(batch=net.batch, h=h, w=w, c=c, inputs=inputs, index=index, net=net,
+                            path=path)
+        b.start_layer()
+        try:
+            l = cls.from_cfg(s, params)
+            b.take_workspace(4 * l.workspace_size)
+        except memory.SizeError as e:
+            raise CfgError(f"{s.where()}: layer {index}: {e}") from None
+        _generic_options(s, l)
+        _warn_unused(s)
+        net.layers.append(l)
+        h, w, c, inputs = l.out_h, l.out_w, l.out_c, l.outputs
+
+
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
                       seed: int | None = 0, dialect: str | None = None,
-                      weights_version: tuple | None = None) -> Network:
+                      weights_version: tuple | None = None, max_bytes: int | None = None) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
     from Darknet's random initialisation with `seed` (None: left at zero).
 
     dialect: "pjreddie" or "alexeyab"; None chooses (see dialect.choose_dialect: the cfg's
     AlexeyAB-only sections and keys, then `weights_version`, the header of the .weights
-    about to be loaded). net.dialect and net.dialect_reason say which and why."""
+    about to be loaded). net.dialect and net.dialect_reason say which and why.
+
+    Every layer's buffers are counted before they are allocated: a layer that would take more
+    than max_bytes / 4, or a network more than max_bytes (default 16 GiB, or
+    DARKNUMBA_MAX_GIB), is a CfgError naming the layer and the bytes."""
     path = os.fspath(path)
     sections = read_cfg(path)
     dialect, reason = choose_dialect(sections, dialect, weights_version)
@@ -183,25 +217,11 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     _warn_unused(first)
     if len(sections) == 1:
         raise CfgError(f"{path}: no layers after [net]")
-    h, w, c, inputs = net.h, net.w, net.c, net.inputs
-    for index, s in enumerate(sections[1:]):
-        if s.type in ("net", "network"):
-            raise CfgError(f"{s.where()}: a second [net] section (layer {index})")
-        cls = LAYER_TYPES.get(s.type)
-        if cls is None:
-            known = ", ".join(sorted(set(LAYER_TYPES)))
-            raise CfgError(f"{s.where()}: unknown section type [{s.type}] (layer {index}); "
-                           f"supported: {known}")
-        params = SizeParams(batch=net.batch, h=h, w=w, c=c, inputs=inputs, index=index, net=net,
-                            path=path)
-        l = cls.from_cfg(s, params)
-        _generic_options(s, l)
-        _warn_unused(s)
-        net.layers.append(l)
-        h, w, c, inputs = l.out_h, l.out_w, l.out_c, l.outputs
-    if net.inputs == 0:
-        net.inputs = net.layers[0].inputs
-    net.alloc_workspace()
+    with memory.budget(max_bytes or memory.max_bytes_from_env()) as b:
+        _build_layers(net, sections[1:], path, b)
+        if net.inputs == 0:
+            net.inputs = net.layers[0].inputs
+        net.alloc_workspace()
     if seed is not None:
         init_weights(net, seed)
     return net

@@ -36,14 +36,19 @@ class Tree:
 def read_tree(path) -> Tree:
     """read_tree"""
     try:
-        lines = [ln.split() for ln in open(path).read().splitlines() if ln.strip()]
+        with open(path, encoding="utf-8") as f:
+            lines = [ln.split() for ln in f.read().splitlines() if ln.strip()]
     except OSError as e:
         raise CfgError(f"{path}: cannot read class tree: {e.strerror}") from None
+    except UnicodeDecodeError as e:
+        raise CfgError(f"{path}: not a class tree: not UTF-8 text (byte {e.start})") from None
+    if not lines:
+        raise CfgError(f"{path}: not a class tree: no `name parent` lines")
     names, parents, groups = [], [], []
     offsets, sizes = [], []
     last_parent, size = -1, 0
     for k, tok in enumerate(lines):
-        parent = int(tok[1]) if len(tok) > 1 else -1
+        parent = _parent(tok, k, path)
         if parent != last_parent:
             offsets.append(k - size)
             sizes.append(size)
@@ -64,6 +69,21 @@ def read_tree(path) -> Tree:
     leaf[parent[parent >= 0]] = 0
     return Tree(names, parent, child, group, np.array(offsets, dtype=np.int64),
                 np.array(sizes, dtype=np.int64), leaf)
+
+
+def _parent(tok: list[str], k: int, path) -> int:
+    """Node k's parent: -1 (a root) or an earlier node, so that every path to a root is
+    finite and every index the tree kernels follow lies inside the tree."""
+    if len(tok) < 2:
+        return -1
+    p = tok[1]
+    if not (p.isascii() and p.lstrip("-").isdigit()):
+        raise CfgError(f"{path}: class tree node {k} ({tok[0]}): parent {p!r} is not an integer")
+    parent = int(p)
+    if not -1 <= parent < k:
+        raise CfgError(f"{path}: class tree node {k} ({tok[0]}): parent {parent} must be -1 "
+                       f"(a root) or an earlier node (0..{k - 1})")
+    return parent
 
 
 def read_map(path) -> np.ndarray:

@@ -159,7 +159,8 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                     n_a, m_a, m2_a = _chan(n_a, m_a, m2_a, moments[task, f, 0],
                                            moments[task, f, 1], moments[task, f, 2])
             stats_mean[f] = np.float32(m_a)
-            stats_variance[f] = np.float32(m2_a / (n_a - 1))
+            # one value per channel: Darknet's 1/(n-1) is inf, times 0
+            stats_variance[f] = np.float32(m2_a / (n_a - 1)) if n_a > 1 else np.nan
 
 
 @njit(cache=True, inline="always")

@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import activate_row
+from .blas import c_reciprocal
 
 CHUNK = 4096
 
@@ -131,14 +132,14 @@ def batchnorm_backward(delta, x, mean, variance, scales, batch, filters, spatial
         v = np.float64(variance[f] + np.float32(0.00001))
         bias_updates[f] += np.float32(s1)
         scale_updates[f] += np.float32(s2)
-        md = np.float32(s * s1 * (-1.0 / math.sqrt(v)))
+        inv_std = c_reciprocal(math.sqrt(v))
+        md = np.float32(s * s1 * -inv_std)
         vd = np.float32(s * s3 * (-0.5 * v ** -1.5))
         mean_delta[f] = md
         variance_delta[f] = vd
         if delta_eps_outside_sqrt:
-            inv_std = 1.0 / (math.sqrt(np.float64(variance[f])) + np.float64(np.float32(0.00001)))
-        else:
-            inv_std = 1.0 / math.sqrt(v)
+            inv_std = c_reciprocal(math.sqrt(np.float64(variance[f])) +
+                                   np.float64(np.float32(0.00001)))
         vdn = 2.0 * vd * inv_n
         mdn = md * inv_n
         sf = scales[f]
@@ -168,4 +169,5 @@ def mean_variance_cpu(x, batch, filters, spatial, mean, variance):
                 s1 += d
                 s2 += d * d
         mean[f] = np.float32(s + s1 / count)
-        variance[f] = np.float32((s2 - s1 * s1 / count) / (count - 1))
+        # one value per channel (batch 1, a 1x1 map): Darknet's 1/(n-1) is inf, times 0
+        variance[f] = np.float32((s2 - s1 * s1 / count) / (count - 1)) if count > 1 else np.nan

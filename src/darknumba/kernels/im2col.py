@@ -9,10 +9,11 @@ from numba import njit, prange
 
 @njit(cache=True, inline="always")
 def valid_span(col0, stride, n_out, width):
-    """[lo, hi): the outputs j whose input column col0 + j*stride lies in [0, width)."""
+    """[lo, hi): the outputs j whose input column col0 + j*stride lies in [0, width); always
+    0 <= lo <= hi <= n_out, empty when none does."""
     lo = 0
     if col0 < 0:
-        lo = (-col0 + stride - 1) // stride
+        lo = min(n_out, (-col0 + stride - 1) // stride)
     hi = n_out
     last = col0 + (n_out - 1) * stride
     if last >= width:

@@ -33,12 +33,14 @@ def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, ou
         idx_row = indexes[out_base:out_base + out_w]
         out_row[:] = -FLT_MAX
         idx_row[:] = -1
-        for n in range(size):
-            cur_h = h_offset + i * stride + n
-            if cur_h < 0 or cur_h >= h:
-                continue
+        # only the window rows inside the image, and the window columns some output column
+        # sees inside it, can win: visiting just those keeps Darknet's scan order and costs
+        # nothing however large `size` is (a 10^9 window would otherwise loop 10^18 times)
+        top = h_offset + i * stride
+        for n in range(max(0, -top), min(size, h - top)):
+            cur_h = top + n
             row = in_base + cur_h * w
-            for m in range(size):
+            for m in range(max(0, -w_offset - (out_w - 1) * stride), min(size, w - w_offset)):
                 col0 = w_offset + m                    # input column of output column 0
                 j_lo, j_hi = valid_span(col0, stride, out_w, w)
                 if j_hi <= j_lo:

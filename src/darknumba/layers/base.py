@@ -25,6 +25,7 @@ from ..dialect import DEFAULT_QUIRKS
 from ..errors import CfgError
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.fused import batchnorm_x_norm, bn_divisors
+from .memory import SizeError, reserve
 
 
 @dataclass
@@ -77,8 +78,6 @@ def scratch_of(net) -> Scratch:
 _SHARED_SCRATCH = Scratch()
 
 
-def zeros(n: int) -> np.ndarray:
-    return np.zeros(int(n), dtype=np.float32)
 
 
 class Layer:
@@ -95,8 +94,33 @@ class Layer:
     inputs = outputs = 0
 
     def _alloc_io(self):
-        self.output = zeros(self.batch * self.outputs)
-        self.delta = zeros(self.batch * self.outputs)
+        """output and delta, batch x outputs each, once the output is known to have pixels
+        and the memory budget allows them."""
+        self.check_output_shape()
+        n = reserve(2 * self.batch * self.outputs, np.float32,
+                    f"output and delta ({self.batch} x {self.outputs} values each)") // 2
+        self.output = np.zeros(n, dtype=np.float32)
+        self.delta = np.zeros(n, dtype=np.float32)
+
+    def check_output_shape(self):
+        """An image output needs out_w, out_h, out_c >= 1 (a flat one leaves them 0); every
+        output needs a value per image. Darknet would go on with a -9 x -9 map."""
+        dims = (self.out_w, self.out_h, self.out_c)
+        if self.outputs < 1 or self.batch < 1 or (any(dims) and min(dims) < 1):
+            shape = f"{self.out_w} x {self.out_h} x {self.out_c}" if any(dims) else \
+                f"{self.outputs} values"
+            raise SizeError(f"the output has no pixels: {self._size_story()} gives {shape}"
+                            + (f" (batch {self.batch})" if self.batch < 1 else ""))
+
+    def _size_story(self) -> str:
+        """The input and the size options an output shape comes from."""
+        parts = [f"a {self.w} x {self.h} x {self.c} input" if (self.w or self.h or self.c)
+                 else f"{self.inputs} inputs"]
+        for key in ("size", "stride", "pad"):
+            v = getattr(self, key, None)
+            if isinstance(v, int | np.integer):
+                parts.append(f"{key} {v}")
+        return ", ".join(parts)
 
     @property
     def x_norm(self):

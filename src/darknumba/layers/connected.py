@@ -6,7 +6,8 @@ from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
-from .base import DEFAULT_QUIRKS, Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer
+from .memory import zeros
 from .convolutional import (
     alloc_params,
     backward_batchnorm,

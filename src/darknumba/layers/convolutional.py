@@ -34,7 +34,8 @@ from ..kernels.fused import (
 )
 from ..kernels.gemm import add_transposed, gemm
 from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
-from .base import DEFAULT_QUIRKS, Layer, require_image_input, scratch_of, zeros
+from .base import DEFAULT_QUIRKS, Layer, require_image_input, scratch_of
+from .memory import full, zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
@@ -121,15 +122,15 @@ def alloc_params(l, nweights, n):
     """A layer's parameters as Darknet's make_*_layer allocates them: weights and n biases
     with their gradients, and with l.batch_normalize the batch-norm arrays."""
     l.nweights, l.nbiases = nweights, n
-    l.weights, l.weight_updates = zeros(nweights), zeros(nweights)
-    l.biases, l.bias_updates = zeros(n), zeros(n)
+    l.weights, l.weight_updates = zeros(nweights, "weights"), zeros(nweights, "weight updates")
+    l.biases, l.bias_updates = zeros(n, "biases"), zeros(n, "bias updates")
     if l.batch_normalize:
         alloc_batchnorm(l, n)
 
 
 def alloc_batchnorm(l, n):
     """Batch-norm scales (1) and their gradients, batch and rolling statistics, for n channels."""
-    l.scales, l.scale_updates = np.ones(n, dtype=np.float32), zeros(n)
+    l.scales, l.scale_updates = full(n, 1.0), zeros(n)
     for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
                  "rolling_variance", "divisor"):
         setattr(l, name, zeros(n))

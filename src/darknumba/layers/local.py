@@ -11,7 +11,8 @@ from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
 from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from ..kernels.local import local_forward_cpu, local_input_grad_cpu, local_weight_grad_cpu
-from .base import Layer, require_image_input, zeros
+from .base import Layer, require_image_input
+from .memory import zeros
 from .convolutional import get_activation
 
 
@@ -32,10 +33,10 @@ class LocalLayer(Layer):
         self.outputs = self.out_h * self.out_w * n
         self.locations = self.out_h * self.out_w
         self.nweights = c * n * size * size * self.locations
-        self.weights = zeros(self.nweights)
-        self.weight_updates = zeros(self.nweights)
-        self.biases = zeros(self.outputs)
-        self.bias_updates = zeros(self.outputs)
+        self.weights = zeros(self.nweights, "weights")
+        self.weight_updates = zeros(self.nweights, "weight updates")
+        self.biases = zeros(self.outputs, "biases")
+        self.bias_updates = zeros(self.outputs, "bias updates")
         self.workspace_size = self.locations * size * size * c
         self.learning_rate_scale = 1.0
         self._alloc_io()

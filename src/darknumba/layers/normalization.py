@@ -6,7 +6,8 @@ Darknet's backward is approximate (delta · norms^-beta, the cross-channel terms
 copies over the previous delta; we keep the approximation and add (compat="darknet-cpu" copies).
 """
 from ..kernels.lrn import lrn_backward_cpu, lrn_forward_cpu
-from .base import DEFAULT_QUIRKS, Layer, require_image_input, zeros
+from .base import DEFAULT_QUIRKS, Layer, require_image_input
+from .memory import zeros
 
 
 class NormalizationLayer(Layer):

@@ -28,6 +28,8 @@ from ..kernels.softmax import softmax_cpu
 from ..kernels.yolo import sum_squares
 from ..tree import read_map, read_tree, resolve
 from .base import DEFAULT_QUIRKS, Layer, require_image_input
+from .memory import full
+from .truth import box_rows, check_box_truth
 
 _NO_INTS = np.zeros(0, dtype=np.int64)
 
@@ -37,7 +39,7 @@ class RegionLayer(Layer):
 
     def __init__(self, batch, w, h, n, classes, coords=4, anchors=None, quirks=DEFAULT_QUIRKS):
         self.batch, self.n, self.classes, self.coords = batch, n, classes, coords
-        self.biases = np.full(n * 2, 0.5, dtype=np.float32)
+        self.biases = full(n * 2, 0.5, "anchors")
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.truths = MAX_TRUTHS * (coords + 1)
@@ -97,6 +99,10 @@ class RegionLayer(Layer):
                 raise s.error("tree", f"the tree has {l.tree.n} classes, the layer classes={classes}")
         if s.has("map"):
             l.map = read_map(resolve(s.find_str("map"), params.path))
+            bad = l.map[(l.map < 0) | (l.map >= classes)]
+            if bad.size:
+                raise s.error("map", f"the class map sends ids to {int(bad[0])}, outside the "
+                                     f"layer's classes 0..{classes - 1}")
         return l
 
     def forward(self, net):
@@ -116,6 +122,7 @@ class RegionLayer(Layer):
         self.delta[:] = 0.0
         if not net.train or net.truth is None:
             return
+        self.check_truth(net)
         stats = np.zeros(7, dtype=np.float64)
         skip = np.zeros(self.batch, dtype=np.int64)
         t = self.tree
@@ -139,6 +146,18 @@ class RegionLayer(Layer):
                       "obj": per(obj),
                       "no_obj": anyobj / (wh * self.n * self.batch), "recall": per(recall),
                       "count": int(count)}
+
+    def check_truth(self, net):
+        """Refuse truths whose cell or class would index outside the output (with a tree,
+        a classification-only truth, x and y > 100000, has only its class checked)."""
+        per = self.coords + 1
+        class_only = None
+        if self.tree is not None:
+            rows, _ = box_rows(net.truth, self.batch, self.truths, per, MAX_TRUTHS)
+            class_only = (rows[..., 0] > 100000) & (rows[..., 1] > 100000)
+        check_box_truth(net.truth, f"[region] layer {getattr(net, 'index', '?')}", self.batch, self.truths, per,
+                        MAX_TRUTHS, self.classes, self.coords,
+                        self.map.size if self.map.size else None, class_only)
 
     def stats_line(self) -> str:
         """Darknet's print-out of the last training forward."""

@@ -44,9 +44,12 @@ class ReorgLayer(Layer):
         reverse = s.find_int("reverse", 0)
         flatten = s.find_int("flatten", 0)
         extra = s.find_int("extra", 0)
+        if extra < 0:
+            raise s.error("extra", f"must be at least 0, found {extra}")
         if not (flatten or extra):
-            if reverse and params.c % (stride * stride):
-                raise s.error("stride", f"reverse reorg needs channels ({params.c}) divisible "
+            # both directions run reorg_cpu with c / stride² output channels
+            if params.c % (stride * stride):
+                raise s.error("stride", f"reorg needs channels ({params.c}) divisible "
                                         f"by stride² ({stride * stride})")
             if not reverse and (params.w % stride or params.h % stride):
                 raise s.error("stride", f"a {params.w}x{params.h} input does not divide by "

@@ -14,7 +14,8 @@ as the chain rule needs; compat="darknet-cpu" reproduces Darknet's order. (Its C
 writes past the end of a one-step state buffer in training; we keep all steps' states.)
 """
 from ..kernels.blas import axpy_cpu, copy_cpu, fill_cpu
-from .base import DEFAULT_QUIRKS, Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer
+from .memory import zeros
 from .connected import ConnectedLayer
 from .convolutional import get_activation
 from .steps import StepBuffers, SubLayers, step_net

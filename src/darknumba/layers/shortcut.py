@@ -1,8 +1,17 @@
 """[shortcut] (Darknet's `shortcut_layer.c`): out = act(alpha*prev + beta*from)."""
+from ..errors import CfgError
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
 from ..kernels.blas import axpy_cpu, copy_cpu, shortcut_cpu, shortcut_same_cpu
 from .base import Layer
 from .convolutional import get_activation
+
+
+def same_scale(w1, h1, w2, h2) -> bool:
+    """shortcut_cpu's condition (Darknet asserts it): one map is the other sampled by the same
+    integer stride in both directions, so every index it computes stays inside both maps."""
+    if w1 >= w2:
+        return w1 % w2 == 0 and h1 == h2 * (w1 // w2)
+    return w2 % w1 == 0 and h2 == h1 * (w2 // w1)
 
 
 class ShortcutLayer(Layer):
@@ -28,16 +37,20 @@ class ShortcutLayer(Layer):
         src = params.net.layers[i]
         if not (src.out_w and src.out_h and src.out_c):
             raise s.error("from", f"layer {i} does not output an image")
-        w1, w2 = src.out_w, params.w
-        if (w1 >= w2 and (w1 % w2 or src.out_h % params.h)) or (w1 < w2 and (w2 % w1 or params.h % src.out_h)):
+        if not same_scale(src.out_w, src.out_h, params.w, params.h):
             raise s.error("from", f"layer {i} ({src.out_w}x{src.out_h}) and the previous layer "
-                                  f"({params.w}x{params.h}) differ by a non-integer scale")
+                                  f"({params.w}x{params.h}) do not differ by one integer scale "
+                                  f"in both width and height")
         act = get_activation(s, default="linear")
         return cls(params.batch, i, params.w, params.h, params.c, src.out_w, src.out_h, src.out_c,
                    act, s.find_float("alpha", 1.0), s.find_float("beta", 1.0))
 
     def resize_from(self, layers, w, h):
         src = layers[self.index]
+        if not same_scale(src.out_w, src.out_h, w, h):
+            raise CfgError(f"[shortcut] from layer {self.index}: resized to {src.out_w}x"
+                           f"{src.out_h}, the previous layer to {w}x{h}: they no longer differ "
+                           f"by one integer scale")
         self.w, self.h = src.out_w, src.out_h
         self.out_w, self.out_h = w, h
         self.outputs = self.inputs = w * h * self.out_c

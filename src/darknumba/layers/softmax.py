@@ -4,7 +4,8 @@ import numpy as np
 
 from ..kernels.blas import axpy_cpu
 from ..kernels.softmax import softmax_cpu, softmax_tree_groups_cpu, softmax_x_ent_cpu
-from .base import Layer, zeros
+from .base import Layer
+from .memory import zeros
 
 
 class SoftmaxLayer(Layer):

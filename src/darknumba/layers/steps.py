@@ -8,7 +8,7 @@ views at step t (Darknet's increment_layer). Input and output are laid out [step
 from types import SimpleNamespace
 
 
-from .base import zeros
+from .memory import zeros
 
 
 class StepBuffers:

@@ -4,7 +4,6 @@ import math
 
 import numpy as np
 
-from ..errors import DarknumbaError
 from ..kernels.yolo import (
     activate_yolo_output,
     sum_squares,
@@ -12,6 +11,8 @@ from ..kernels.yolo import (
     yolo_truth_deltas,
 )
 from .base import Layer, require_image_input
+from .memory import full
+from .truth import check_box_truth
 
 
 class YoloLayer(Layer):
@@ -21,7 +22,7 @@ class YoloLayer(Layer):
         self.batch, self.w, self.h = batch, w, h
         self.n, self.total, self.classes = n, total, classes
         self.mask = np.asarray(mask if mask is not None else range(n), dtype=np.int32)
-        self.biases = np.full(total * 2, 0.5, dtype=np.float32)
+        self.biases = full(total * 2, 0.5, "anchors")
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.max_boxes = 90
@@ -86,10 +87,8 @@ class YoloLayer(Layer):
         at its cell and best anchor over all anchors; self.cost = sum of squared deltas;
         self.stats = what Darknet prints (see stats_line)."""
         truth = net.truth
-        boxes = truth.reshape(self.batch, -1)[:, :self.max_boxes * 5].reshape(self.batch, -1, 5)
-        if boxes.size and (np.any(boxes[..., :2] < 0) or np.any(boxes[..., :2] >= 1)):
-            raise DarknumbaError("yolo truth: box centres (x, y) must lie in [0, 1), relative "
-                                 "to the network input; x == 0 ends an image's box list")
+        check_box_truth(truth, f"[yolo] layer {getattr(net, 'index', '?')}", self.batch, self.truths, 5,
+                        self.max_boxes, self.classes, 4)
         anyobj = np.zeros(self.batch * self.n * self.h, dtype=np.float64)
         stats = np.zeros((self.batch, 6), dtype=np.float64)
         args = (self.batch, self.n, self.w, self.h, self.classes, net.w, net.h, self.truths,

@@ -13,6 +13,8 @@ from ..errors import CfgError
 from ..kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
                            yolo_num_detections_cpu)
 
+INT_MAX = 2 ** 31 - 1
+
 
 def detection_layers(net) -> list:
     """The layers get_network_boxes reads ([yolo], [region], [detection]), or a CfgError
@@ -87,11 +89,15 @@ def do_nms_sort(dets: Detections, nms: float = 0.45) -> Detections:
 def box_corners(bbox: np.ndarray, im_w: int, im_h: int) -> np.ndarray:
     """draw_detections' pixel corners of relative (x, y, w, h) boxes: (int)((x -/+ w/2) * im_w)
     in double, truncated toward zero, clipped to the image. Returns (count, 4) int: left, top,
-    right, bot."""
+    right, bot. A NaN coordinate (weights with NaN) becomes 0 and an infinite one is clipped
+    to the range of a C int before the conversion, which NaN or Inf would make undefined."""
     b = np.asarray(bbox, np.float64).reshape(-1, 4)
     x, y, w, h = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
-    c = np.trunc(np.stack([(x - w / 2) * im_w, (y - h / 2) * im_h,
-                           (x + w / 2) * im_w, (y + h / 2) * im_h], axis=1)).astype(np.int64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        f = np.stack([(x - w / 2) * im_w, (y - h / 2) * im_h,
+                      (x + w / 2) * im_w, (y + h / 2) * im_h], axis=1)
+    f = np.clip(np.nan_to_num(f, nan=0.0), -INT_MAX, INT_MAX)
+    c = np.trunc(f).astype(np.int64)
     c[:, 0] = np.maximum(c[:, 0], 0)
     c[:, 1] = np.maximum(c[:, 1], 0)
     c[:, 2] = np.minimum(c[:, 2], im_w - 1)
