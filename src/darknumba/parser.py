@@ -153,12 +153,13 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
-                 clear: bool = False) -> Network:
+                 clear: bool = False, dialect: str | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
     batch/subdivisions."""
     from .weights import load_weights
-    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0)
+    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
+                            dialect=dialect)
     if weights is not None:
         load_weights(net, weights)
     if clear:
