@@ -95,9 +95,11 @@ def overlap(x1, w1, x2, w2):
     return right - left
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def box_iou(a, b):
-    """box_iou of two (x, y, w, h) float32 rows: intersection / union, 0 if apart."""
+    """box_iou of two (x, y, w, h) float32 rows: intersection / union, 0 if apart. Two boxes
+    of zero area (an untrained network's) give 0/0 = NaN, which suppresses nothing, as in C:
+    the numpy error model divides as IEEE does instead of raising ZeroDivisionError."""
     w = overlap(a[0], a[2], b[0], b[2])
     h = overlap(a[1], a[3], b[1], b[3])
     inter = np.float32(0.0) if (w < 0 or h < 0) else w * h
