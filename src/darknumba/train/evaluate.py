@@ -285,7 +285,8 @@ def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
                         x1c, y1c = min(x1, w), min(y1, h)
                         results.append({"image_id": coco_image_id(p),
                                         "category_id": COCO_IDS[c] if classes == 80 else int(c),
-                                        "bbox": [x0c, y0c, x1c - x0c, y1c - y0c],
+                                        "bbox": [float(v) for v in (x0c, y0c, x1c - x0c,
+                                                                     y1c - y0c)],
                                         "score": float(pr[c])})
                     else:
                         files[c].write(f"{stem} {pr[c]:f} {max(x0 + 1, 1):f} {max(y0 + 1, 1):f} "
