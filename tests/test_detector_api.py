@@ -214,6 +214,8 @@ def test_a_loaded_network_and_the_dialect(small):
         "alexeyab"
     with pytest.raises(DataError, match="1 names given, the cfg's detection layers have 2"):
         dn.Detector(net, names=["x"])
+    with pytest.raises(ValueError, match="already loaded"):
+        dn.Detector(net, weights, names=NAMES)
 
 
 def test_names_default_to_coco_then_numbers(small):

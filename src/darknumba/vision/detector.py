@@ -261,6 +261,9 @@ class Detector:
         from ..network import Network
         from ..parser import load_network
         if isinstance(cfg, Network):
+            if weights is not None or dialect is not None:
+                raise ValueError("weights and dialect build a network from a cfg; this one is "
+                                 "already loaded")
             self.net = cfg
         else:
             self.net = load_network(cfg, weights, batch=batch, dialect=dialect)
