@@ -37,6 +37,8 @@ import numpy as np
 
 from ..detections import Detections
 from ..errors import DataError
+from ..network import Network
+from ..parser import load_network
 from .box import detect, detection_layers, detection_results, format_lines
 from .draw import draw_detections, save_png
 from .image import bytes_to_image, image_from_pil, load_image_color
@@ -258,8 +260,6 @@ class Detector:
     def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float = 0.5,
                  nms: float = 0.45, hier: float = 0.5, names=None, letterbox: bool = True,
                  dialect: str | None = None, log: Callable[[str], None] | None = None):
-        from ..network import Network
-        from ..parser import load_network
         if isinstance(cfg, Network):
             if weights is not None or dialect is not None:
                 raise ValueError("weights and dialect build a network from a cfg; this one is "
