@@ -115,6 +115,16 @@ def test_nms_ties_keep_order_and_zero_objectness_goes_last():
     np.testing.assert_array_equal(d.bbox, f32([far[1], far[3], far[2], far[0]]))
 
 
+def test_zero_area_boxes_suppress_nothing():
+    """An untrained network's boxes can have zero size: C's box_iou gives 0/0 = NaN there,
+    which fails every `> thresh`; ours gives 0, which fails them alike (numba's default
+    error model would raise ZeroDivisionError)."""
+    z = [.5, .5, 0, 0]
+    assert iou(z, z) == 0
+    d = do_nms_sort(dets([z, z, [.5, .5, 1, 1]], [.9, .8, .7]), .45)
+    np.testing.assert_array_equal(d.prob[:, 0], f32([.9, .8, .7]))
+
+
 def test_corners_truncate_and_clip():
     c = box_corners(np.array([[.5, .5, .2, .2], [.01, .9, .1, .3], [.123, .5, .01, .01]]), 100, 50)
     np.testing.assert_array_equal(c[0], [40, 20, 60, 30])

@@ -115,3 +115,70 @@ def test_map_iou_thresh_is_used():
     assert compute_map([det(0, 0, .9, shifted)], truths, 1, iou_thresh=0.5).ap[0] == 0.0
     assert compute_map([det(0, 0, .9, shifted)], truths, 1, iou_thresh=0.4).ap[0] == \
         pytest.approx(1.0)
+
+
+SMALL_CFG = """[net]
+width=32
+height=32
+channels=3
+[convolutional]
+filters=8
+size=3
+stride=2
+pad=1
+activation=leaky
+[convolutional]
+filters=21
+size=1
+stride=1
+activation=linear
+[yolo]
+mask=0,1,2
+anchors=4,5, 8,9, 14,12
+classes=2
+num=3
+"""
+
+
+def test_result_files_voc_and_coco(tmp_path):
+    """validate_detector: the same detections as per-class VOC lines (1-based pixel corners
+    clipped to the image) and as COCO json (0-based x, y, w, h; image id from the name)."""
+    import json
+
+    from PIL import Image
+
+    import darknumba as dn
+    from darknumba.train.evaluate import detect_list, validate_detector
+    (tmp_path / "s.cfg").write_text(SMALL_CFG)
+    net = dn.load_network(tmp_path / "s.cfg")
+    rng = np.random.default_rng(3)
+    paths = []
+    for k, (h, w) in enumerate([(40, 56), (30, 30)]):
+        p = tmp_path / f"COCO_val_{17 + k:06d}.png"
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    names = ["ring", "block"]
+    n = validate_detector(net, paths, names, tmp_path / "voc", thresh=0.3)
+    lines = {c: (tmp_path / "voc" / f"comp4_det_test_{c}.txt").read_text().splitlines()
+             for c in names}
+    assert n == sum(map(len, lines.values())) > 10
+    m = validate_detector(net, paths, names, tmp_path / "coco", thresh=0.3, coco=True)
+    coco = json.loads((tmp_path / "coco" / "coco_results.json").read_text())
+    assert m == len(coco) == n
+    want = []                       # the same figures from detect_list: id, class, score, corners
+    for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, 0.3):
+        for b, pr in zip(boxes.astype(np.float64), probs):
+            for c in pr.nonzero()[0]:
+                want.append((int(p[-10:-4]), int(c), float(pr[c]), w, h,
+                             (b[0] - b[2] / 2) * w, (b[1] - b[3] / 2) * h,
+                             (b[0] + b[2] / 2) * w, (b[1] + b[3] / 2) * h))
+    assert any(x0 < 0 or x1 > w for *_, w, h, x0, y0, x1, y1 in want)     # clipping is tested
+    got = [(d["image_id"], d["category_id"], d["score"], *d["bbox"]) for d in coco]
+    expect = [(i, c, s, max(x0, 0), max(y0, 0), min(x1, w) - max(x0, 0), min(y1, h) - max(y0, 0))
+              for i, c, s, w, h, x0, y0, x1, y1 in want]
+    np.testing.assert_allclose(np.array(got), np.array(expect), rtol=1e-5, atol=1e-4)
+    voc = sorted((float(v.split()[1]), *map(float, v.split()[2:])) for c in names
+                 for v in lines[c])
+    expect = sorted((round(s, 6), max(x0 + 1, 1), max(y0 + 1, 1), min(x1 + 1, w), min(y1 + 1, h))
+                    for _, _, s, w, h, x0, y0, x1, y1 in want)
+    np.testing.assert_allclose(np.array(voc), np.array(expect), atol=1e-4)

@@ -9,29 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
-from .detect import expand_images, get_labels, load_detector, run_detection
-
-
-def names_from_data(datacfg: Path) -> list[str]:
-    """The class names of a Darknet .data file: its `names` (else `labels`) entry, default
-    data/names.list as in test_detector; a relative path is tried from the working directory
-    (Darknet's rule), then from the folder above the .data file's, then from its own folder."""
-    try:
-        lines = Path(datacfg).read_text().splitlines()
-    except OSError as e:
-        raise DataError(f"cannot read .data file {datacfg}: {e.strerror or e}") from None
-    opts = {}
-    for line in lines:
-        s = line.strip()
-        if s and s[0] not in "#;" and "=" in s:
-            k, v = s.split("=", 1)
-            opts[k.strip()] = v.strip()
-    rel = opts.get("names") or opts.get("labels") or "data/names.list"
-    here = Path(datacfg).resolve().parent
-    for p in (Path(rel), here.parent / rel, here / rel):
-        if p.is_file():
-            return get_labels(p)
-    raise DataError(f"names file {rel} (from {datacfg}) not found")
+from .detect import run_detection, warn
 
 
 def _darknet_flags(extra: list[str]) -> dict:
@@ -63,6 +41,8 @@ def detector_test(
                                           "suffix (or -out)")] = "predictions",
 ):
     """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`."""
+    from ..data.datasets import names_file_of
+    from ..vision.detector import Detector, expand_images
     flags = _darknet_flags(ctx.args)
     thresh = float(flags.get("thresh", thresh))
     hier = float(flags.get("hier", hier))
@@ -70,9 +50,10 @@ def detector_test(
     target = Path(flags.get("out", out))
     if not target.suffix:
         target = target.with_name(target.name + ".png")
-    net, names = load_detector(cfg, weights, 1, names=names_from_data(datacfg))
+    detector = Detector(cfg, weights, thresh=thresh, hier=hier, nms=nms,
+                        names=names_file_of(datacfg), log=warn)
     if image is not None:
-        run_detection(net, names, expand_images([image])[:1], thresh, hier, nms, out=target)
+        run_detection(detector, expand_images([image])[:1], out=target)
         return
     while True:
         typer.echo("Enter Image Path: ", nl=False)
@@ -80,7 +61,7 @@ def detector_test(
         if not line:
             return
         if line.strip():
-            run_detection(net, names, [Path(line.strip())], thresh, hier, nms, out=target)
+            run_detection(detector, [Path(line.strip())], out=target)
 
 
 def register(app: typer.Typer):

@@ -2,9 +2,6 @@
 validate_detector_map, pjreddie's validate_detector_recall and validate_detector."""
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -16,11 +13,6 @@ from .detector import detector_app
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
 WeightsArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")]
-
-COCO_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
-            25, 27, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49,
-            50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 67, 70, 72, 73, 74,
-            75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90)
 
 
 def train(data: DataArg, cfg: CfgArg,
@@ -73,18 +65,6 @@ def _log(msg, file=None):
     typer.echo(msg, err=file is sys.stderr)
 
 
-def _valid_set(data, policy="skip"):
-    from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
-    from ..errors import DataError
-    dc = read_data_cfg(data)
-    lst = dc.resolve(dc.valid)
-    if not lst:
-        raise DataError(f"{data}: no `valid` list")
-    issues = DataIssues(policy, log=lambda m: typer.echo(m, err=True))
-    ds = DetectionDataset(get_paths(lst), dc.classes, issues)
-    return dc, ds
-
-
 def _net(cfg, weights, batch=1):
     from ..parser import load_network
     return load_network(str(cfg), str(weights), batch=batch)
@@ -93,6 +73,10 @@ def _net(cfg, weights, batch=1):
 def _bar(total, desc):
     from tqdm import tqdm
     return tqdm(total=total, desc=desc, unit="img", file=sys.stderr, leave=False)
+
+
+def _warn(msg):
+    typer.echo(msg, err=True)
 
 
 def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
@@ -104,8 +88,9 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     if points < 0 or points == 1:
         raise typer.BadParameter("-points takes 0 (area under the curve) or a count of 2 or more "
                                  "recall points (11, 101)")
+    from ..data.datasets import valid_dataset
     from ..train.evaluate import evaluate_map
-    dc, ds = _valid_set(data)
+    dc, ds = valid_dataset(data, log=_warn)
     net = _net(cfg, weights)
     with _bar(len(ds), "map") as bar:
         r = evaluate_map(net, ds.paths, ds.boxes, dc.classes, dc.class_names(), thresh,
@@ -120,19 +105,12 @@ def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
            nms: Annotated[float, typer.Option(help="NMS IoU")] = 0.4):
     """validate_detector_recall: per image, truths found by any proposal, proposals per image,
     average best IoU."""
-    from ..train.evaluate import detect_list, recall_stats
-    _, ds = _valid_set(data)
+    from ..data.datasets import valid_dataset
+    from ..train.evaluate import validate_detector_recall
+    _, ds = valid_dataset(data, log=_warn)
     net = _net(cfg, weights)
-    total = correct = proposals = 0
-    iou_sum = 0.0
-    for k, _, _, boxes, probs, objs in detect_list(net, ds.paths, thresh, nms):
-        keep = objs > thresh
-        proposals += int(keep.sum())
-        n, c, s = recall_stats(boxes[keep], ds.boxes[k], iou_thresh)
-        total, correct, iou_sum = total + n, correct + c, iou_sum + s
-        typer.echo(f"{k:5d} {correct:5d} {total:5d}\tRPs/Img: {proposals / (k + 1):.2f}\t"
-                   f"IOU: {100 * iou_sum / max(total, 1):.2f}%\t"
-                   f"Recall:{100 * correct / max(total, 1):.2f}%")
+    for totals in validate_detector_recall(net, ds.paths, ds.boxes, thresh, iou_thresh, nms):
+        typer.echo(totals.line())
 
 
 def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
@@ -143,49 +121,18 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     """validate_detector: per-class result files (`<prefix><class>.txt`: id score xmin ymin xmax
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
     from ..data.datasets import get_paths, read_data_cfg
-    from ..train.evaluate import detect_list
+    from ..train.evaluate import validate_detector
     dc = read_data_cfg(data)
-    names = dc.class_names()
+    names = dc.class_names()[:dc.classes]
     paths = get_paths(dc.resolve(dc.valid))
     net = _net(cfg, weights)
-    out.mkdir(parents=True, exist_ok=True)
     coco = dc.eval == "coco"
-    results = []
-    with contextlib.ExitStack() as stack:
-        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{names[c]}.txt", "w"))
-                                 for c in range(dc.classes)}
-        bar = stack.enter_context(_bar(len(paths), "valid"))
-        for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, bar.update):
-            stem = os.path.splitext(os.path.basename(p))[0]
-            for b, pr in zip(boxes, probs):
-                x0, x1 = (b[0] - b[2] / 2) * w, (b[0] + b[2] / 2) * w
-                y0, y1 = (b[1] - b[3] / 2) * h, (b[1] + b[3] / 2) * h
-                for c in pr.nonzero()[0]:
-                    if coco:
-                        x0c, y0c = max(x0, 0.0), max(y0, 0.0)
-                        x1c, y1c = min(x1, w), min(y1, h)
-                        results.append({"image_id": _coco_image_id(p),
-                                        "category_id": COCO_IDS[c] if dc.classes == 80 else int(c),
-                                        "bbox": [x0c, y0c, x1c - x0c, y1c - y0c],
-                                        "score": float(pr[c])})
-                    else:
-                        files[c].write(f"{stem} {pr[c]:f} {max(x0 + 1, 1):f} {max(y0 + 1, 1):f} "
-                                       f"{min(x1 + 1, w):f} {min(y1 + 1, h):f}\n")
+    with _bar(len(paths), "valid") as bar:
+        written = validate_detector(net, paths, names, out, prefix, thresh, nms, coco, bar.update)
     if coco:
-        (out / "coco_results.json").write_text(json.dumps(results))
-        typer.echo(f"wrote {len(results)} detections to {out / 'coco_results.json'}")
+        typer.echo(f"wrote {written} detections to {out / 'coco_results.json'}")
     else:
         typer.echo(f"wrote {dc.classes} result files to {out}/{prefix}<class>.txt")
-
-
-def _coco_image_id(path: str) -> int:
-    """get_coco_image_id: the number after the last '_' (or after the folder) in the name."""
-    name = os.path.splitext(os.path.basename(path))[0]
-    digits = name.rsplit("_", 1)[-1]
-    try:
-        return int(digits)
-    except ValueError:
-        return 0
 
 
 def register(app: typer.Typer):

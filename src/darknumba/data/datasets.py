@@ -81,6 +81,29 @@ def read_data_cfg(path) -> DataConfig:
     return dc
 
 
+def names_file_of(datacfg) -> Path:
+    """The class names file of a .data file as `detector test` finds it: its `names` (else
+    `labels`) entry, default data/names.list; a relative path is tried from the working
+    directory (Darknet's rule), then from the folder above the .data file's, then from its own
+    folder. Unlike read_data_cfg, `classes` is not needed."""
+    try:
+        lines = Path(datacfg).read_text().splitlines()
+    except OSError as e:
+        raise DataError(f"cannot read .data file {datacfg}: {e.strerror or e}") from None
+    opts = {}
+    for line in lines:
+        s = line.strip()
+        if s and s[0] not in "#;" and "=" in s:
+            k, v = s.split("=", 1)
+            opts[k.strip()] = v.strip()
+    rel = opts.get("names") or opts.get("labels") or "data/names.list"
+    here = Path(datacfg).resolve().parent
+    for p in (Path(rel), here.parent / rel, here / rel):
+        if p.is_file():
+            return p
+    raise DataError(f"names file {rel} (from {datacfg}) not found")
+
+
 def read_list(path, what: str = "list") -> list[str]:
     """get_paths / get_labels: one entry per non-empty line."""
     try:
@@ -239,6 +262,16 @@ class DetectionDataset:
 
     def __len__(self):
         return len(self.paths)
+
+
+def valid_dataset(datacfg, policy: str = "skip", log=None):
+    """(DataConfig, DetectionDataset) of a .data file's `valid` list, problems reported
+    through a DataIssues(policy, log)."""
+    dc = read_data_cfg(datacfg)
+    lst = dc.resolve(dc.valid)
+    if not lst:
+        raise DataError(f"{datacfg}: no `valid` list")
+    return dc, DetectionDataset(get_paths(lst), dc.classes, DataIssues(policy, log=log))
 
 
 def image_readable(path: str, issues: DataIssues) -> bool:

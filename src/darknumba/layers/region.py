@@ -178,7 +178,8 @@ class RegionLayer(Layer):
     def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True,
                        hier=0.5):
         """get_region_detections + correct_region_boxes for image b, as a box.Detections of
-        all n·w·h candidates (objectness 0 below thresh); `hier` is the tree threshold.
+        all n·w·h candidates (objectness 0 below thresh); `hier` is the tree threshold
+        (compared in float32, as the C's float).
         Darknet averages with a flipped copy when the batch is 2; here each image is decoded
         on its own."""
         k = self.n * self.w * self.h
@@ -188,7 +189,8 @@ class RegionLayer(Layer):
             t = self.tree
             get_region_detections_tree_cpu(dets.bbox, dets.objectness, dets.prob, self.output,
                                            b * self.outputs, self.n, self.w, self.h, self.coords,
-                                           self.classes, self.biases, np.float32(thresh), hier,
+                                           self.classes, self.biases, np.float32(thresh),
+                                           np.float32(hier),
                                            t.parent, t.child, t.group_offset, t.group_size)
         else:
             get_region_detections_cpu(dets.bbox, dets.objectness, dets.prob, self.output,

@@ -14,9 +14,15 @@ it is a false positive.
 """
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from ..errors import DataError
 
 
 def box_iou(a, b) -> np.ndarray:
@@ -225,17 +231,20 @@ def recall_stats(proposals, truths, iou_thresh: float = 0.5):
 # -- running a network over a list -------------------------------------------------------------
 def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
     """Darknet's test path (letterbox, forward, get_network_boxes, do_nms_sort) over a list, in
-    batches of net.batch: yields (index, path, (w, h), boxes (k,4) relative, probs (k,C),
-    objectness (k,))."""
-    from ..vision.box import detect
-    from ..vision.image import load_image_color
-    for start in range(0, len(paths), net.batch):
-        chunk = paths[start:start + net.batch]
-        ims = [load_image_color(p) for p in chunk]
-        for j, (p, im, d) in enumerate(zip(chunk, ims, detect(net, ims, thresh, 0.5, nms))):
-            if progress:
-                progress(1)
-            yield start + j, p, (im.shape[2], im.shape[1]), d.bbox, d.prob, d.objectness
+    batches of net.batch (files decoded ahead by vision.detector.Detector): yields (index,
+    path, (w, h), boxes (k,4) relative, probs (k,C), objectness (k,)). An unreadable image
+    raises DataError."""
+    from ..vision.box import detection_layers
+    from ..vision.detector import Detector
+    numbers = [str(c) for c in range(detection_layers(net)[-1].classes)]
+    detector = Detector(net, thresh=thresh, nms=nms, names=numbers)
+    for k, p in enumerate(detector.run(paths)):
+        if p.error is not None:
+            raise DataError(p.error)
+        if progress:
+            progress(1)
+        d = p.detections
+        yield k, p.source, (p.image.shape[2], p.image.shape[1]), d.bbox, d.prob, d.objectness
 
 
 def evaluate_map(net, paths, truths, classes, names=None, thresh=0.25, iou_thresh=0.5,
@@ -248,3 +257,91 @@ def evaluate_map(net, paths, truths, classes, names=None, thresh=0.25, iou_thres
             rows.append(np.column_stack([np.full(len(i), k), c, probs[i, c], boxes[i]]))
     dets = np.concatenate(rows) if rows else np.zeros((0, 7))
     return compute_map(dets, truths, classes, names, thresh, iou_thresh, points)
+
+
+
+@dataclass
+class RecallTotals:
+    """validate_detector_recall's running totals after image k."""
+    k: int
+    correct: int
+    total: int
+    proposals: int
+    iou_sum: float
+
+    def line(self) -> str:
+        """The line Darknet prints after each image."""
+        n = max(self.total, 1)
+        return (f"{self.k:5d} {self.correct:5d} {self.total:5d}\tRPs/Img: "
+                f"{self.proposals / (self.k + 1):.2f}\tIOU: {100 * self.iou_sum / n:.2f}%\t"
+                f"Recall:{100 * self.correct / n:.2f}%")
+
+
+def validate_detector_recall(net, paths, truths, thresh: float = 0.001,
+                             iou_thresh: float = 0.5, nms: float = 0.4):
+    """validate_detector_recall: per image, the truths found by a proposal (objectness >
+    thresh) with IoU > iou_thresh; yields the running RecallTotals after each image."""
+    total = correct = proposals = 0
+    iou_sum = 0.0
+    for k, _, _, boxes, _, objs in detect_list(net, paths, thresh, nms):
+        keep = objs > thresh
+        proposals += int(keep.sum())
+        n, c, s = recall_stats(boxes[keep], truths[k], iou_thresh)
+        total, correct, iou_sum = total + n, correct + c, iou_sum + s
+        yield RecallTotals(k, correct, total, proposals, iou_sum)
+
+
+# -- result files (validate_detector) ----------------------------------------------------------
+COCO_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+            25, 27, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49,
+            50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 67, 70, 72, 73, 74,
+            75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90)
+
+
+def coco_image_id(path: str) -> int:
+    """get_coco_image_id: the number after the last '_' (or after the folder) in the name."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    digits = name.rsplit("_", 1)[-1]
+    try:
+        return int(digits)
+    except ValueError:
+        return 0
+
+
+def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
+                      thresh: float = 0.005, nms: float = 0.45, coco: bool = False,
+                      progress=None) -> int:
+    """validate_detector: per-class result files `out/<prefix><name>.txt` (image stem, score,
+    xmin ymin xmax ymax in 1-based pixels clipped to the image), or with `coco`
+    out/coco_results.json (category ids mapped to COCO's when there are 80 classes). Returns
+    the number of detections written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    classes = len(names)
+    results = []
+    written = 0
+    with contextlib.ExitStack() as stack:
+        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{names[c]}.txt", "w"))
+                                 for c in range(classes)}
+        for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, progress):
+            stem = os.path.splitext(os.path.basename(p))[0]
+            for b, pr in zip(boxes, probs):
+                x0, x1 = (b[0] - b[2] / 2) * w, (b[0] + b[2] / 2) * w
+                y0, y1 = (b[1] - b[3] / 2) * h, (b[1] + b[3] / 2) * h
+                for c in pr.nonzero()[0]:
+                    if coco:
+                        x0c, y0c = max(x0, 0.0), max(y0, 0.0)
+                        x1c, y1c = min(x1, w), min(y1, h)
+                        results.append({"image_id": coco_image_id(p),
+                                        "category_id": COCO_IDS[c] if classes == 80 else int(c),
+                                        "bbox": [float(v) for v in (x0c, y0c, x1c - x0c,
+                                                                     y1c - y0c)],
+                                        "score": float(pr[c])})
+                    else:
+                        files[c].write(f"{stem} {pr[c]:f} {max(x0 + 1, 1):f} {max(y0 + 1, 1):f} "
+                                       f"{min(x1 + 1, w):f} {min(y1 + 1, h):f}\n")
+                        written += 1
+    if coco:
+        (out / "coco_results.json").write_text(json.dumps(results))
+        written = len(results)
+    return written

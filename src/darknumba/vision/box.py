@@ -49,12 +49,14 @@ def get_yolo_detections(l, w: int, h: int, netw: int, neth: int, thresh: float,
 
 
 _LAYER_DETECTIONS = {
-    # fill_network_boxes: each kind's detections for image b, boxes relative to the image
-    "yolo": lambda l, net, w, h, thresh, relative, b, letterbox: get_yolo_detections(
+    # fill_network_boxes: each kind's detections for image b, boxes relative to the image;
+    # only [region] reads hier (its class tree's threshold)
+    "yolo": lambda l, net, w, h, thresh, hier, relative, b, letterbox: get_yolo_detections(
         l, w, h, net.w, net.h, thresh, relative, b, letterbox),
-    "region": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(
-        w, h, net.w, net.h, thresh, relative, b, letterbox),
-    "detection": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(thresh, b),
+    "region": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
+        w, h, net.w, net.h, thresh, relative, b, letterbox, hier),
+    "detection": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
+        thresh, b),
 }
 
 
@@ -63,13 +65,13 @@ def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.
     """get_network_boxes: the detections of every yolo / region / detection layer, in layer
     order, for image b of the batch.
 
-    `hier` is Darknet's hierarchical threshold; only [region] layers with a class tree (tree=,
-    not supported) use it, so it changes nothing here, as in Darknet without a tree."""
+    `hier` is Darknet's hierarchical threshold: [region] layers with a class tree (tree=)
+    descend it while the path probability stays above hier; other layers ignore it."""
     layers = detection_layers(net)
     classes = layers[-1].classes
     if any(l.classes != classes for l in layers):
         raise CfgError("the detection layers of this cfg disagree on the number of classes")
-    parts = [_LAYER_DETECTIONS[l.type](l, net, w, h, thresh, relative, b, letterbox)
+    parts = [_LAYER_DETECTIONS[l.type](l, net, w, h, thresh, hier, relative, b, letterbox)
              for l in layers]
     return Detections(np.concatenate([p.bbox for p in parts]),
                       np.concatenate([p.objectness for p in parts]),

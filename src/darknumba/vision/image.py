@@ -41,6 +41,12 @@ def bytes_to_image(rgb: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32) / np.float32(255.0)
 
 
+def image_from_pil(img) -> np.ndarray:
+    """(3, h, w) float32 in [0, 1] from a Pillow image of any mode, as load_image_color reads
+    files."""
+    return bytes_to_image(_to_rgb_bytes(img))
+
+
 def load_image_color(path, w: int = 0, h: int = 0) -> np.ndarray:
     """load_image_color: (3, h, w) float32 RGB in [0, 1]; resized with resize_image when w and h
     are given and differ. Raises DataError naming the file when it is missing or unreadable."""
@@ -53,7 +59,7 @@ def load_image_color(path, w: int = 0, h: int = 0) -> np.ndarray:
     try:
         with Image.open(p) as img:
             img.load()
-            im = bytes_to_image(_to_rgb_bytes(img))
+            im = image_from_pil(img)
     except UnidentifiedImageError:
         raise DataError(f"cannot read image {p}: not an image format Pillow recognises") from None
     except (OSError, ValueError, SyntaxError) as e:
