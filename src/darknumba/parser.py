@@ -1,6 +1,7 @@
 """Build a Network from a .cfg (Darknet's `parse_network_cfg`), and load_network."""
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 
@@ -10,7 +11,7 @@ from .cfg import Section, read_cfg
 from .dialect import quirks_for
 from .errors import CfgError
 from .layers import LAYER_TYPES
-from .layers.base import SizeParams, darknet_random_init
+from .layers.base import SizeParams, darknet_random_init, shapes_only
 from .network import POLICIES, Network
 
 
@@ -111,9 +112,12 @@ def init_weights(net: Network, seed: int = 0, start: int = 0):
 
 
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
-                      seed: int | None = 0, dialect: str | None = None) -> Network:
+                      seed: int | None = 0, dialect: str | None = None,
+                      allocate: bool = True) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
-    from Darknet's random initialisation with `seed` (None: left at zero)."""
+    from Darknet's random initialisation with `seed` (None: left at zero). allocate=False
+    builds the layer table alone (shapes, BFLOPs): no buffer gets memory, the weights stay
+    unset, and the network refuses to run."""
     quirks = quirks_for(dialect, compat)
     path = os.fspath(path)
     sections = read_cfg(path)
@@ -128,6 +132,20 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     _warn_unused(first)
     if len(sections) == 1:
         raise CfgError(f"{path}: no layers after [net]")
+    with contextlib.nullcontext() if allocate else shapes_only():
+        _build_layers(net, sections, path)
+    if net.inputs == 0:
+        net.inputs = net.layers[0].inputs
+    if not allocate:
+        net.allocated = False
+        return net
+    net.alloc_workspace()
+    if seed is not None:
+        init_weights(net, seed)
+    return net
+
+
+def _build_layers(net: Network, sections: list[Section], path: str):
     h, w, c, inputs = net.h, net.w, net.c, net.inputs
     for index, s in enumerate(sections[1:]):
         if s.type in ("net", "network"):
@@ -144,12 +162,6 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
         _warn_unused(s)
         net.layers.append(l)
         h, w, c, inputs = l.out_h, l.out_w, l.out_c, l.outputs
-    if net.inputs == 0:
-        net.inputs = net.layers[0].inputs
-    net.alloc_workspace()
-    if seed is not None:
-        init_weights(net, seed)
-    return net
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,

@@ -7,9 +7,10 @@ import typer
 
 def summary(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")],
             batch: Annotated[Optional[int], typer.Option(help="override batch/subdivisions")] = None):
-    """Print the layer table (index, type, filters, size, input -> output, BFLOPs) as Darknet does."""
+    """Print the layer table (index, type, filters, size, input -> output, BFLOPs) as Darknet
+    does. Only the shapes are computed: no buffer is allocated, so large networks are cheap."""
     from ..parser import parse_network_cfg
-    net = parse_network_cfg(cfg, batch=batch)
+    net = parse_network_cfg(cfg, batch=batch, allocate=False)
     typer.echo(net.summary())
 
 

@@ -13,10 +13,14 @@ A layer mirrors Darknet's `layer` struct for its own type only:
   (the previous layer's delta) unless ``net.delta`` is None, which it is for layer 0.
 - ``update(a)`` applies one optimizer step (``a`` is an UpdateArgs) to layers with parameters.
 - ``weight_records()`` lists the parameter arrays in the order a .weights file stores them.
+- Buffers come from ``zeros()``; inside ``shapes_only()`` it hands out read-only zero-stride
+  views instead, so a network can be built for its layer table alone (``allocate=False``).
 Arithmetic over elements lives in ``darknumba.kernels``; layer classes only orchestrate.
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 from dataclasses import dataclass
 
@@ -92,8 +96,23 @@ def darknet_random_init(l, rng):
         l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
 
 
-def zeros(n: int) -> np.ndarray:
-    return np.zeros(int(n), dtype=np.float32)
+_SHAPES_ONLY = contextvars.ContextVar("shapes_only", default=False)
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Layers built inside get no memory: `zeros(n)` is a read-only view of one zero."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
+def zeros(n: int, dtype=np.float32) -> np.ndarray:
+    if _SHAPES_ONLY.get():
+        return np.broadcast_to(np.zeros(1, dtype=dtype), (int(n),))
+    return np.zeros(int(n), dtype=dtype)
 
 
 class Layer:

@@ -4,7 +4,7 @@ import numpy as np
 
 from ..kernels.pool import (MAXPOOL2_MAX_W, backward_maxpool_cpu, forward_maxpool2_cpu,
                             forward_maxpool_cpu)
-from .base import Layer, require_image_input
+from .base import Layer, require_image_input, zeros
 
 
 class MaxpoolLayer(Layer):
@@ -22,7 +22,7 @@ class MaxpoolLayer(Layer):
         self.inputs = self.h * self.w * self.c
         self.outputs = self.out_h * self.out_w * self.out_c
         self._alloc_io()
-        self.indexes = np.zeros(self.batch * self.outputs, dtype=np.int32)
+        self.indexes = zeros(self.batch * self.outputs, np.int32)
 
     @classmethod
     def from_cfg(cls, s, params):
