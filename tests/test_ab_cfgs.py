@@ -82,7 +82,7 @@ def test_cfg_folder_ships_in_the_package():
     glob: every copy and template is inside it."""
     text = (ROOT / "pyproject.toml").read_text()
     section = text.split("[tool.setuptools.package-data]", 1)[1]
-    globs = re.findall(r'"([^"]+)"', re.search(r"^darknumba = \[(.*)\]$", section, re.M).group(1))
+    globs = re.findall(r'"([^"]+)"', re.search(r"^darknumba = \[(.*)\]$", section, re.MULTILINE).group(1))
     for name in COPIES + sorted(TEMPLATES):
         rel = f"resources/cfg/{name}.cfg"
         assert any(fnmatch.fnmatch(rel, g) for g in globs)
