@@ -145,5 +145,6 @@ def test_summary_command_prints_the_table_of_a_large_input(tmp_path):
     r = CliRunner().invoke(app, ["summary", str(path)])
     assert r.exit_code == 0, r.output
     rows = r.output.splitlines()
-    assert re.match(r"\s+0 conv\s+32\s+3 x 3 / 1\s+1536 x1536 x   3", rows[1])
+    assert rows[0].startswith("dialect: pjreddie")
+    assert re.match(r"\s+0 conv\s+32\s+3 x 3 / 1\s+1536 x1536 x   3", rows[2])
     assert rows[-1].startswith("Total BFLOPs ")

@@ -2,16 +2,17 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import warnings
 
 import numpy as np
 
 from .cfg import Section, read_cfg
-from .dialect import quirks_for
+from .dialect import choose_dialect, quirks_for
 from .errors import CfgError
 from .layers import LAYER_TYPES
-from .layers.base import SizeParams, darknet_random_init, shapes_only
+from .layers.base import SizeParams, shapes_only
 from .network import POLICIES, Network
 
 
@@ -65,16 +66,14 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
     net.hue = s.find_float("hue", 0)
     if not net.inputs and not (net.h and net.w and net.c):
         raise s.error(None, "no input size: set width, height and channels (or inputs)")
-    net.policy = s.find_str("policy", "constant")
-    if net.policy not in POLICIES:
-        raise s.error("policy", f"unknown policy {net.policy!r}; expected one of {', '.join(POLICIES)}")
+    net.policy = policy_name(s, net.quirks.dialect)
     net.burn_in = s.find_int("burn_in", 0)
     net.power = s.find_float("power", 4)
     if net.policy == "step":
         net.step = s.find_int("step", 1)
         net.scale = s.find_float("scale", 1)
-    elif net.policy == "steps":
-        if not s.has("steps") or not s.has("scales"):
+    elif net.policy == "steps" or (net.policy == "sgdr" and s.has("steps")):
+        if net.policy == "steps" and (not s.has("steps") or not s.has("scales")):
             raise s.error(None, "policy=steps needs both steps= and scales=")
         net.steps = s.find_list("steps", int)
         net.scales = s.find_list("scales", float)
@@ -91,6 +90,49 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
         raise s.error("max_batches", "policy=poly needs max_batches > 0")
 
 
+# The cfg names of the rate policies, per dialect (AlexeyAB says "sigmoid" and adds "sgdr")
+POLICY_NAMES = {"pjreddie": {p: p for p in POLICIES if p != "sgdr"},
+                "alexeyab": {**{p: p for p in POLICIES if p != "sig"}, "sigmoid": "sig"}}
+
+
+def policy_name(s: Section, dialect: str) -> str:
+    name = s.find_str("policy", "constant")
+    names = POLICY_NAMES[dialect]
+    if name in names:
+        return names[name]
+    hint = ""
+    if dialect == "alexeyab" and name == "sig":
+        hint = " (AlexeyAB's Darknet calls it 'sigmoid'; with 'sig' it falls back to constant)"
+    elif dialect == "pjreddie" and name in ("sigmoid", "sgdr"):
+        hint = " (that is AlexeyAB's name: --dialect alexeyab)"
+    raise s.error("policy", f"unknown policy {name!r}{hint}; expected one of "
+                            f"{', '.join(names)}")
+
+
+def parse_ab_net_options(s: Section, net: Network):
+    """The [net] keys only AlexeyAB's parse_net_options reads, with its defaults: kept on the
+    network (augmentation and schedule keys are used by training; letter_box by detection)."""
+    if net.adam and not s.has("eps"):
+        net.eps = 0.000001                      # AlexeyAB's default (pjreddie 1e-7)
+    ints = {"flip": 1, "blur": 0, "gaussian_noise": 0, "mixup": 0, "cutmix": 0, "mosaic": 0,
+            "letter_box": 0, "mosaic_bound": 0, "contrastive": 0, "contrastive_jit_flip": 0,
+            "contrastive_color": 0, "unsupervised": 0, "attention": 0, "track": 0,
+            "augment_speed": 2, "try_fix_nan": 0, "weights_reject_freq": 0,
+            "equidistant_point": 0, "use_cuda_graph": 0, "dynamic_minibatch": 0,
+            "optimized_memory": 0, "sgdr_mult": 2,
+            "sequential_subdivisions": net.subdivisions, "sgdr_cycle": net.max_batches}
+    floats = {"learning_rate_min": 0.00001, "ema_alpha": 0.0, "label_smooth_eps": 0.0,
+              "resize_step": 32.0, "adversarial_lr": 0.0, "max_chart_loss": 20.0,
+              "loss_scale": 1.0, "badlabels_rejection_percentage": 0.0,
+              "num_sigmas_reject_badlabels": 0.0, "workspace_size_limit_MB": 1024.0}
+    for key, default in ints.items():
+        setattr(net, key, s.find_int(key, default))
+    for key, default in floats.items():
+        setattr(net, key.lower(), s.find_float(key, default))
+    net.sequential_subdivisions = min(net.sequential_subdivisions, net.subdivisions)
+    net.seq_scales = s.find_list("seq_scales", float) if s.has("seq_scales") else []
+
+
 def _generic_options(s: Section, l):
     """Options every section may carry (read after the layer's own, as Darknet does)."""
     l.truth = s.find_int("truth", 0)
@@ -105,22 +147,31 @@ def _generic_options(s: Section, l):
 
 
 def init_weights(net: Network, seed: int = 0, start: int = 0):
-    """Darknet's random initialisation (`darknet_random_init`) of layers [start, n), seeded."""
+    """Darknet's random initialisation (each layer's random_init) of layers [start, n), seeded."""
     rng = np.random.default_rng([seed, 1])
     for l in net.layers[start:]:
-        darknet_random_init(l, rng)
+        l.random_init(rng)
+
+
+log = logging.getLogger("darknumba")
 
 
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
                       seed: int | None = 0, dialect: str | None = None,
-                      allocate: bool = True) -> Network:
+                      weights_version: tuple | None = None, allocate: bool = True) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
-    from Darknet's random initialisation with `seed` (None: left at zero). allocate=False
-    builds the layer table alone (shapes, BFLOPs): no buffer gets memory, the weights stay
-    unset, and the network refuses to run."""
-    quirks = quirks_for(dialect, compat)
+    from Darknet's random initialisation with `seed` (None: left at zero).
+
+    dialect: "pjreddie" or "alexeyab"; None chooses (see dialect.choose_dialect: the cfg's
+    AlexeyAB-only sections and keys, then `weights_version`, the header of the .weights
+    about to be loaded). net.dialect and net.dialect_reason say which and why.
+    allocate=False builds the layer table alone (shapes, BFLOPs): no buffer gets memory, the
+    weights stay unset, and the network refuses to run."""
     path = os.fspath(path)
     sections = read_cfg(path)
+    dialect, reason = choose_dialect(sections, dialect, weights_version)
+    quirks = quirks_for(dialect, compat)
+    log.info("dialect: %s (%s)", dialect, reason)
     first = sections[0]
     if first.type not in ("net", "network"):
         raise CfgError(f"{path}:{first.line}: the first section must be [net] or [network], "
@@ -128,7 +179,10 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     net = Network()
     net.cfg_path = path
     net.quirks = quirks
+    net.dialect_reason = reason
     parse_net_options(first, net, batch)
+    if quirks.dialect == "alexeyab":
+        parse_ab_net_options(first, net)
     _warn_unused(first)
     if len(sections) == 1:
         raise CfgError(f"{path}: no layers after [net]")
@@ -165,12 +219,14 @@ def _build_layers(net: Network, sections: list[Section], path: str):
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
-                 clear: bool = False) -> Network:
+                 clear: bool = False, dialect: str | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
     batch/subdivisions."""
-    from .weights import load_weights
-    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0)
+    from .weights import load_weights, peek_version
+    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
+                            dialect=dialect,
+                            weights_version=peek_version(weights) if weights else None)
     if weights is not None:
         load_weights(net, weights)
     if clear:

@@ -48,6 +48,19 @@ def read_header(data: bytes, path: str):
     return (int(major), int(minor), int(revision)), seen, transpose, offset
 
 
+def peek_version(path) -> tuple | None:
+    """The (major, minor, revision) a .weights file starts with, or None when it cannot be
+    read (load_weights then says what is wrong with it)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(12)
+    except OSError:
+        return None
+    if len(head) < 12:
+        return None
+    return tuple(int(v) for v in np.frombuffer(head, dtype="<i4"))
+
+
 def load_weights(net, path, cutoff: int | None = None):
     """Fill the network's parameters from a .weights file (layers [0, cutoff)). Reads `seen`.
     A file that runs out, or has bytes left over, is an error naming the layer and the counts."""
@@ -90,7 +103,8 @@ def load_weights(net, path, cutoff: int | None = None):
 
 def weights_bytes(net, cutoff: int | None = None) -> bytes:
     layers = net.layers[:cutoff] if cutoff is not None else net.layers
-    parts = [np.array([0, 2, 0], dtype="<i4").tobytes(), np.array([net.seen], dtype="<u8").tobytes()]
+    version = getattr(getattr(net, "quirks", None), "weights_version", (0, 2, 0))
+    parts = [np.array(version, dtype="<i4").tobytes(), np.array([net.seen], dtype="<u8").tobytes()]
     for l in layers:
         if l.dontsave:
             continue
@@ -119,5 +133,6 @@ def atomic_write(path, data: bytes):
 
 
 def save_weights(net, path, cutoff: int | None = None):
-    """save_weights_upto: header 0.2.0 with a uint64 `seen`, then every layer's records."""
+    """save_weights_upto: header 0.2.0 (0.2.5 for an AlexeyAB network, as its Darknet writes)
+    with a uint64 `seen`, then every layer's records."""
     atomic_write(path, weights_bytes(net, cutoff))

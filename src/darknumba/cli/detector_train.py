@@ -97,14 +97,19 @@ def _bar(total, desc):
 
 def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
          thresh: Annotated[float, typer.Option("--thresh", "-thresh", help="confidence for precision/recall/F1/IoU")] = 0.25,
-         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", help="IoU for a true positive (mAP@IoU)")] = 0.5):
-    """Per-class AP, mAP@0.5 (VOC all-point), COCO mAP@[.5:.95], and P/R/F1/avg IoU at --thresh."""
+         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", help="IoU for a true positive (mAP@IoU)")] = 0.5,
+         points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = 0):
+    """AlexeyAB's map: per-class AP and TP/FP, P/R/F1/avg IoU at --thresh, mAP@--iou-thresh by
+    the --points rule, and COCO mAP@[.5:.95]."""
+    if points < 0 or points == 1:
+        raise typer.BadParameter("-points takes 0 (area under the curve) or a count of 2 or more "
+                                 "recall points (11, 101)")
     from ..train.evaluate import evaluate_map
     dc, ds = _valid_set(data)
     net = _net(cfg, weights)
     with _bar(len(ds), "map") as bar:
         r = evaluate_map(net, ds.paths, ds.boxes, dc.classes, dc.class_names(), thresh,
-                         iou_thresh, progress=bar.update)
+                         iou_thresh, progress=bar.update, points=points)
     typer.echo(f"detections on {len(ds)} images")
     typer.echo(r.report())
 

@@ -240,10 +240,6 @@ class DetectionDataset:
     def __len__(self):
         return len(self.paths)
 
-    @classmethod
-    def from_list(cls, list_path, classes, issues=None, check_images=False):
-        return cls(get_paths(list_path), classes, issues, check_images)
-
 
 def image_readable(path: str, issues: DataIssues) -> bool:
     from ..vision.image import load_image_color

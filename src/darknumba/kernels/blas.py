@@ -171,14 +171,6 @@ def upsample_cpu(inp, w, h, c, batch, stride, forward, scale, out):
                     inp[in_index] += sc * out[out_index]
 
 
-@njit(parallel=True, cache=True)
-def sum_array(a, n):
-    s = 0.0
-    for i in prange(n):
-        s += a[i]
-    return s
-
-
 # -- backward: bias, scale and batch-norm gradients (Darknet's convolutional_layer.c and
 #    batchnorm_layer.c). Per-channel reductions run in parallel over channels, so each
 #    iteration owns the entry it writes. Darknet's backward epsilon is 1e-5 *inside* the sqrt.

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,20 +79,6 @@ def scratch_of(net) -> Scratch:
 
 
 _SHARED_SCRATCH = Scratch()
-
-
-def darknet_random_init(l, rng):
-    """Darknet's initialisation of one layer's weights (biases stay 0, BN scales 1):
-    convolutional sqrt(2/(size*size*c/groups)) * N(0,1) (make_convolutional_layer), connected
-    sqrt(2/inputs) * U(-1,1) (make_connected_layer); a layer with its own `random_init(rng)`
-    (local, deconvolutional, the recurrent ones) does that instead."""
-    if hasattr(l, "random_init"):
-        l.random_init(rng)
-    elif l.type == "convolutional":
-        scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
-        l.weights[:] = scale * rng.standard_normal(l.weights.size)
-    elif l.type == "connected":
-        l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
 
 
 _SHAPES_ONLY = contextvars.ContextVar("shapes_only", default=False)
@@ -155,6 +140,11 @@ class Layer:
         raise NotImplementedError(f"backward is not implemented for [{self.type}] layers")
 
     def update(self, a: UpdateArgs):
+        return None
+
+    def random_init(self, rng):
+        """Darknet's initialisation of this layer's weights (make_*_layer; biases stay 0, BN
+        scales 1), drawn from the numpy Generator `rng`. Layers without weights: nothing."""
         return None
 
     def resize(self, w: int, h: int):

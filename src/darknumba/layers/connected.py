@@ -1,5 +1,7 @@
 """[connected] (Darknet's `connected_layer.c`): output = input @ weights.T (+ batch norm or
 biases), then the activation. weights: outputs x inputs."""
+import math
+
 from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
@@ -66,6 +68,10 @@ class ConnectedLayer(Layer):
         if net.delta is not None:
             gemm(0, 0, self.batch, self.inputs, self.outputs, 1.0, self.delta, self.weights, 1.0,
                  net.delta[:self.batch * self.inputs])
+
+    def random_init(self, rng):
+        """make_connected_layer: sqrt(2 / inputs) * U(-1, 1)."""
+        self.weights[:] = math.sqrt(2.0 / self.inputs) * rng.uniform(-1, 1, self.weights.size)
 
     def update(self, a):
         """update_connected_layer"""

@@ -5,6 +5,8 @@ weights: n x (c/groups) x size x size; output: batch x n x out_h x out_w.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..kernels.activations import ACTIVATIONS, gradient_array
@@ -422,6 +424,11 @@ class ConvolutionalLayer(Layer):
                 else:
                     gemm(1, 0, k, n, m, 1.0, a, d, 0.0, ws[:k * n])
                     col2im_cpu(ws, cg, self.h, self.w, self.size, self.stride, self.pad, imd)
+
+    def random_init(self, rng):
+        """make_convolutional_layer: sqrt(2 / (size*size*c/groups)) * N(0, 1)."""
+        scale = math.sqrt(2.0 / (self.size * self.size * self.c / self.groups))
+        self.weights[:] = scale * rng.standard_normal(self.weights.size)
 
     def update(self, a):
         """update_convolutional_layer"""

@@ -25,7 +25,7 @@ import numpy as np
 from ..cfg import read_cfg
 from ..data.datasets import get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
-from ..vision.augment import random_distort_image
+from ..vision.augment import rand_scale, random_distort_image
 from ..vision.image import letterbox_image, load_image_color, resize_image
 from ..weights import save_weights
 from .detector import StopFlag, train_iteration, training_network
@@ -131,17 +131,12 @@ class ClassifierAugment:
                    bool(int(opts.get("center", 0))))
 
 
-def _rand_scale(rng, s):
-    f = rng.uniform(*((1.0, s) if s >= 1 else (s, 1.0)))
-    return f if rng.integers(2) else 1.0 / f
-
-
 def augment_image(rng, im, size, a: ClassifierAugment):
     """load_image_augment_paths for one image: crop (random or centre), flip, distort."""
     if a.center:
         crop = center_crop_image(im, size, size)
     else:
-        aspect = _rand_scale(rng, a.aspect)
+        aspect = rand_scale(rng, a.aspect)
         r = int(rng.integers(a.min_size, a.max_size + 1))
         _, ih, iw = im.shape
         m = ih if ih < iw * aspect else iw * aspect

@@ -222,7 +222,7 @@ class ValidMap:
             for (_, a), (_, b) in zip(src.weight_records(), dst.weight_records()):
                 b[:] = a
         r = evaluate_map(self.net, self.ds.paths, self.ds.boxes, self.classes, self.names)
-        return r.map50
+        return r.mean_ap
 
 
 class StopFlag:

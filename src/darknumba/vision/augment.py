@@ -47,7 +47,7 @@ class Placement:
     flip: bool = False
 
 
-def _rand_scale(rng, s):
+def rand_scale(rng, s):
     """rand_scale: a factor in [1, s], inverted half the time."""
     lo, hi = (1.0, s) if s >= 1 else (s, 1.0)
     f = rng.uniform(lo, hi)
@@ -197,8 +197,8 @@ def place_image(im, p: Placement, w: int, h: int) -> np.ndarray:
 def random_distort_image(rng, im, hue, saturation, exposure):
     """random_distort_image, in place. Skipped (bit-exact) when all three are neutral."""
     dhue = rng.uniform(-hue, hue) if hue else 0.0
-    dsat = _rand_scale(rng, saturation) if saturation != 1 else 1.0
-    dexp = _rand_scale(rng, exposure) if exposure != 1 else 1.0
+    dsat = rand_scale(rng, saturation) if saturation != 1 else 1.0
+    dexp = rand_scale(rng, exposure) if exposure != 1 else 1.0
     if dhue == 0 and dsat == 1 and dexp == 1:
         return im
     _distort_image(im, np.float32(dhue), np.float32(dsat), np.float32(dexp))
