@@ -9,6 +9,8 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("DARKNUMBA_GOLDEN", ROOT.parent / "shared" / "golden"))
 DATA = Path(os.environ.get("DARKNUMBA_DATA", ROOT.parent / "shared" / "data"))
 TINY_WEIGHTS = Path(os.environ.get("DARKNUMBA_TINY_WEIGHTS", ROOT / "weights" / "yolov3-tiny.weights"))
+V4TINY_WEIGHTS = Path(os.environ.get("DARKNUMBA_V4TINY_WEIGHTS",
+                                     ROOT / "weights" / "yolov4-tiny.weights"))
 
 
 def golden_dir(name: str) -> Path:
@@ -31,6 +33,13 @@ def tiny_weights() -> Path:
         pytest.skip(f"official yolov3-tiny weights not found at {TINY_WEIGHTS} "
                     f"(run `darknumba weights fetch yolov3-tiny`)")
     return TINY_WEIGHTS
+
+
+def v4tiny_weights() -> Path:
+    if not V4TINY_WEIGHTS.exists():
+        pytest.skip(f"official yolov4-tiny weights not found at {V4TINY_WEIGHTS} "
+                    f"(run `darknumba weights fetch yolov4-tiny`)")
+    return V4TINY_WEIGHTS
 
 
 def max_rel(a, b) -> tuple[float, float]:

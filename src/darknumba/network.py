@@ -122,6 +122,7 @@ class Network:
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
         self.dialect_reason = "the default"
         self.cfg_path = None
+        self.allocated = True          # False: built for the layer table only (no buffers)
         # state of the pass under way (Darknet's `network` passed by value)
         self.input = None
         self.delta = None
@@ -167,6 +168,13 @@ class Network:
             self.workspace = np.zeros(size, dtype=np.float32)
 
     # -- input checks ------------------------------------------------------------------------
+    def require_buffers(self, what: str):
+        if not self.allocated:
+            raise DarknumbaError(
+                f"cannot {what}: {self.cfg_path or 'this network'} was built for its layer table "
+                f"only (allocate=False), its layers have no buffers or weights; build it with "
+                f"parse_network_cfg(..., allocate=True) or load_network to run it")
+
     def _as_input(self, x) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
         expected = self.batch * self.inputs
@@ -192,6 +200,7 @@ class Network:
     # -- the verbs ---------------------------------------------------------------------------
     def forward(self, x, train: bool = False, truth=None) -> np.ndarray:
         """forward_network: fills every layer's output; returns the output layer's output."""
+        self.require_buffers("run forward")
         self.input = self._as_input(x)
         self.truth = self._as_truth(truth)
         self.train = bool(train)
@@ -222,6 +231,7 @@ class Network:
         """backward_network. Layer 0 gets `delta` as its net.delta (Darknet's network-level
         delta): None during training, so no input gradient is computed; a float32 buffer of
         batch*inputs receives the gradient w.r.t. the network input (added into it)."""
+        self.require_buffers("run backward")
         for i in range(self.n - 1, -1, -1):
             l = self.layers[i]
             if getattr(l, "stopbackward", 0):
@@ -236,6 +246,7 @@ class Network:
 
     def update(self):
         """update_network"""
+        self.require_buffers("update")
         self.t += 1
         a = UpdateArgs(batch=self.batch * self.subdivisions, learning_rate=self.current_rate(),
                        momentum=self.momentum, decay=self.decay, adam=self.adam,
@@ -273,6 +284,7 @@ class Network:
     # -- shape changes -----------------------------------------------------------------------
     def resize(self, w: int, h: int):
         """resize_network: new input size, every layer's buffers reallocated to fit."""
+        self.require_buffers("resize")
         self.w, self.h = w, h
         c = self.c
         for l in self.layers:

@@ -1,6 +1,7 @@
 """Build a Network from a .cfg (Darknet's `parse_network_cfg`), and load_network."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
@@ -187,7 +188,8 @@ def _build_layers(net: Network, sections: list[Section], path: str, b: memory.Me
 
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
                       seed: int | None = 0, dialect: str | None = None,
-                      weights_version: tuple | None = None, max_bytes: int | None = None) -> Network:
+                      weights_version: tuple | None = None, max_bytes: int | None = None,
+                      allocate: bool = True) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
     from Darknet's random initialisation with `seed` (None: left at zero).
 
@@ -197,7 +199,10 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
     Every layer's buffers are counted before they are allocated: a layer that would take more
     than max_bytes / 4, or a network more than max_bytes (default 16 GiB, or
-    DARKNUMBA_MAX_GIB), is a CfgError naming the layer and the bytes."""
+    DARKNUMBA_MAX_GIB), is a CfgError naming the layer and the bytes.
+
+    allocate=False builds the layer table alone (shapes, BFLOPs): no buffer gets memory, the
+    weights stay unset, and the network refuses to run."""
     path = os.fspath(path)
     sections = read_cfg(path)
     dialect, reason = choose_dialect(sections, dialect, weights_version)
@@ -217,11 +222,15 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     _warn_unused(first)
     if len(sections) == 1:
         raise CfgError(f"{path}: no layers after [net]")
-    with memory.budget(max_bytes or memory.max_bytes_from_env()) as b:
+    with memory.budget(max_bytes or memory.max_bytes_from_env()) as b, \
+            (contextlib.nullcontext() if allocate else memory.shapes_only()):
         _build_layers(net, sections[1:], path, b)
         if net.inputs == 0:
             net.inputs = net.layers[0].inputs
-        net.alloc_workspace()
+    if not allocate:
+        net.allocated = False
+        return net
+    net.alloc_workspace()
     if seed is not None:
         init_weights(net, seed)
     return net

@@ -65,6 +65,7 @@ def load_weights(net, path, cutoff: int | None = None):
     """Fill the network's parameters from a .weights file (layers [0, cutoff)). Reads `seen`.
     A file that runs out, or has bytes left over, is an error naming the layer and the counts."""
     path = os.fspath(path)
+    net.require_buffers(f"load {path}")
     try:
         with open(path, "rb") as f:
             data = f.read()

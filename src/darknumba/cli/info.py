@@ -11,9 +11,10 @@ def summary(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, hel
             batch: Annotated[Optional[int], typer.Option(help="override batch/subdivisions")] = None,
             dialect: DialectOption = None):
     """Print the layer table (index, type, filters, size, input -> output, BFLOPs) as Darknet does,
-    after a line naming the dialect the network follows and why."""
+    after a line naming the dialect the network follows and why. Only the shapes are computed:
+    no buffer is allocated, so large networks are cheap."""
     from ..parser import parse_network_cfg
-    net = parse_network_cfg(cfg, batch=batch, dialect=dialect)
+    net = parse_network_cfg(cfg, batch=batch, dialect=dialect, allocate=False)
     typer.echo(f"dialect: {net.dialect} ({net.dialect_reason})")
     typer.echo(net.summary())
 

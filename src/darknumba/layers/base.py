@@ -13,6 +13,8 @@ A layer mirrors Darknet's `layer` struct for its own type only:
   (the previous layer's delta) unless ``net.delta`` is None, which it is for layer 0.
 - ``update(a)`` applies one optimizer step (``a`` is an UpdateArgs) to layers with parameters.
 - ``weight_records()`` lists the parameter arrays in the order a .weights file stores them.
+- Buffers come from ``zeros()``; inside ``shapes_only()`` it hands out read-only zero-stride
+  views instead, so a network can be built for its layer table alone (``allocate=False``).
 Arithmetic over elements lives in ``darknumba.kernels``; layer classes only orchestrate.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ..dialect import DEFAULT_QUIRKS
 from ..errors import CfgError
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.fused import batchnorm_x_norm, bn_divisors
-from .memory import SizeError, reserve
+from .memory import SizeError, buffer, reserve
 
 
 @dataclass
@@ -99,8 +101,8 @@ class Layer:
         self.check_output_shape()
         n = reserve(2 * self.batch * self.outputs, np.float32,
                     f"output and delta ({self.batch} x {self.outputs} values each)") // 2
-        self.output = np.zeros(n, dtype=np.float32)
-        self.delta = np.zeros(n, dtype=np.float32)
+        self.output = buffer(n)
+        self.delta = buffer(n)
 
     def check_output_shape(self):
         """An image output needs out_w, out_h, out_c >= 1 (a flat one leaves them 0); every

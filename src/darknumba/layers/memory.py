@@ -98,6 +98,20 @@ def budget(max_bytes: int):
         _BUDGET.reset(token)
 
 
+_SHAPES_ONLY = contextvars.ContextVar("darknumba_shapes_only", default=False)
+
+
+@contextlib.contextmanager
+def shapes_only():
+    """Layers built inside get no memory: every buffer is a read-only view of one value, and
+    the budget is not consulted (the layer table of a 1536-input network is cheap)."""
+    token = _SHAPES_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _SHAPES_ONLY.reset(token)
+
+
 def reserve(n, dtype=np.float32, what: str | None = None) -> int:
     """Account for n values of dtype about to be allocated (refusing them if the budget does
     not allow them); returns n as an int."""
@@ -105,6 +119,8 @@ def reserve(n, dtype=np.float32, what: str | None = None) -> int:
     what = what or f"{n} values"
     if n < 0:
         raise SizeError(f"{what}: a negative size ({n})")
+    if _SHAPES_ONLY.get():
+        return n
     nbytes = n * np.dtype(dtype).itemsize
     b = _BUDGET.get()
     if b is not None:
@@ -115,11 +131,19 @@ def reserve(n, dtype=np.float32, what: str | None = None) -> int:
     return n
 
 
+def buffer(n: int, value=0, dtype=np.float32) -> np.ndarray:
+    """n values already reserved: np.full(n, value), or inside shapes_only() a read-only
+    zero-stride view (small arrays stay real: layers write anchors, masks... while built)."""
+    if _SHAPES_ONLY.get() and n >= 4096:
+        return np.broadcast_to(np.full(1, value, dtype=dtype), (int(n),))
+    return np.full(int(n), value, dtype=dtype)
+
+
 def zeros(n: int, what: str | None = None, dtype=np.float32) -> np.ndarray:
     """np.zeros(n) once the budget allows it."""
-    return np.zeros(reserve(n, dtype, what), dtype=dtype)
+    return buffer(reserve(n, dtype, what), 0, dtype)
 
 
 def full(n: int, value, what: str | None = None, dtype=np.float32) -> np.ndarray:
     """np.full(n, value) once the budget allows it."""
-    return np.full(reserve(n, dtype, what), value, dtype=dtype)
+    return buffer(reserve(n, dtype, what), value, dtype)
