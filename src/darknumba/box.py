@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .box_ab import network_nms
 from .errors import CfgError
 from .image import letterbox_size
 from .kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
@@ -70,8 +71,8 @@ def get_yolo_detections(l, w: int, h: int, netw: int, neth: int, thresh: float,
 
 _LAYER_DETECTIONS = {
     # fill_network_boxes: each kind's detections for image b, boxes relative to the image
-    "yolo": lambda l, net, w, h, thresh, relative, b, letterbox: get_yolo_detections(
-        l, w, h, net.w, net.h, thresh, relative, b, letterbox),
+    "yolo": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(
+        w, h, net.w, net.h, thresh, relative, b, letterbox),
     "region": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(
         w, h, net.w, net.h, thresh, relative, b, letterbox),
     "detection": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(thresh, b),
@@ -175,11 +176,12 @@ def network_input(net, images: list[np.ndarray], letterbox: bool = True) -> np.n
 def detect(net, images: list[np.ndarray], thresh: float = 0.5, hier: float = 0.5,
            nms: float = 0.45, letterbox: bool = True) -> list[Detections]:
     """test_detector for up to net.batch images ((3, h, w) float32 each): letterbox, forward,
-    get_network_boxes (relative to each image), do_nms_sort when nms > 0."""
+    get_network_boxes (relative to each image), then when nms > 0 do_nms_sort or the NMS kind
+    of an AlexeyAB network's last [yolo] layer."""
     detection_layers(net)
     net.forward(network_input(net, images, letterbox), train=False)
     out = []
     for b, im in enumerate(images):
         dets = get_network_boxes(net, im.shape[2], im.shape[1], thresh, hier, True, b, letterbox)
-        out.append(do_nms_sort(dets, nms) if nms else dets)
+        out.append(network_nms(net, dets, nms) if nms else dets)
     return out

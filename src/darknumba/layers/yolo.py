@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 
+from ..box import get_yolo_detections
 from ..errors import DarknumbaError
 from ..kernels.yolo import (
     activate_yolo_output,
@@ -12,6 +13,14 @@ from ..kernels.yolo import (
     yolo_truth_deltas,
 )
 from .base import Layer, require_image_input
+
+# [yolo] keys only AlexeyAB's darknet reads (layers/yolo_ab.py)
+AB_YOLO_KEYS = ("scale_x_y", "new_coords", "nms_kind", "beta_nms", "max_delta", "iou_thresh",
+                "iou_thresh_kind", "iou_loss", "iou_normalizer", "cls_normalizer",
+                "obj_normalizer", "delta_normalizer", "objectness_smooth", "label_smooth_eps",
+                "counters_per_class", "resize", "focal_loss", "show_details", "embedding_layer",
+                "track_history_size", "sim_thresh", "dets_for_track", "dets_for_show",
+                "track_ciou_norm")
 
 
 class YoloLayer(Layer):
@@ -42,6 +51,28 @@ class YoloLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
+        """parse_yolo. Under a dialect whose [yolo] is AlexeyAB's, that layer is built
+        instead; here AlexeyAB's own keys are refused."""
+        if params.net.quirks.yolo_alexeyab:
+            from .yolo_ab import AbYoloLayer          # (it extends this class)
+            return AbYoloLayer.from_cfg(s, params)
+        for key in AB_YOLO_KEYS:
+            if s.has(key):
+                raise s.error(key, "is a key of AlexeyAB's darknet: load the network with "
+                                   "dialect='alexeyab' (--dialect alexeyab)")
+        l = cls._build(s, params)
+        l.max_boxes = s.find_int("max", 90)
+        l.jitter = s.find_float("jitter", 0.2)
+        l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
+        l.truth_thresh = s.find_float("truth_thresh", 1.0)
+        l.random = s.find_int("random", 0)
+        if s.has("map"):
+            raise s.error("map", "class maps (map=) are not supported")
+        return l
+
+    @classmethod
+    def _build(cls, s, params):
+        """The layer from classes, num, mask and anchors, its input checked against them."""
         require_image_input(s, params)
         classes = s.find_int("classes", 20)
         total = s.find_int("num", 1)
@@ -56,16 +87,8 @@ class YoloLayer(Layer):
         if params.c != expected:
             raise s.error(None, f"the layer before this yolo layer has {params.c} filters, but "
                                 f"(classes+5)*len(mask) = ({classes}+5)*{n} = {expected} are needed")
-        l = cls(params.batch, params.w, params.h, n, total, mask, classes,
-                anchors[:2 * total] if anchors else None)
-        l.max_boxes = s.find_int("max", 90)
-        l.jitter = s.find_float("jitter", 0.2)
-        l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
-        l.truth_thresh = s.find_float("truth_thresh", 1.0)
-        l.random = s.find_int("random", 0)
-        if s.has("map"):
-            raise s.error("map", "class maps (map=) are not supported")
-        return l
+        return cls(params.batch, params.w, params.h, n, total, mask, classes,
+                   anchors[:2 * total] if anchors else None)
 
     def resize(self, w, h):
         self.w, self.h = w, h
@@ -121,6 +144,10 @@ class YoloLayer(Layer):
         """backward_yolo_layer: the deltas are already w.r.t. the logits; add them unchanged."""
         if net.delta is not None:
             net.delta[:self.batch * self.inputs] += self.delta
+
+    def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True):
+        """get_yolo_detections + correct_yolo_boxes for image b (box.get_yolo_detections)."""
+        return get_yolo_detections(self, w, h, netw, neth, thresh, relative, b, letterbox)
 
     def describe(self):
         return "yolo"

@@ -1,0 +1,146 @@
+"""AlexeyAB's [yolo] (layers/yolo_ab.py, kernels/yolo_ab.py, kernels/box_ab.py, box_ab.py):
+its keys and defaults, its forward and detections, its NMS kinds and print-out, against plain
+numpy references written from AlexeyAB's C (naive_yolo_ab.py)."""
+import warnings
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from darknumba.cfg import parse_cfg_text
+from darknumba.dialect import quirks_for
+from darknumba.errors import CfgError
+from darknumba.layers import LAYER_TYPES
+from darknumba.layers.base import SizeParams
+from darknumba.layers.yolo import AB_YOLO_KEYS, YoloLayer
+from darknumba.layers.yolo_ab import FLT_MAX, AbYoloLayer
+from darknumba.kernels.box_ab import CIOU, DEFAULT_NMS, DIOU_NMS, GIOU, GREEDY_NMS, IOU, MSE
+
+f32 = np.float32
+ANCHORS = "10,14, 23,27, 37,58, 81,82, 135,169, 344,319"
+
+
+def build(text, dialect="alexeyab", classes=3, n=3, h=4, w=5, batch=2, index=1, path="t.cfg"):
+    """One [yolo] section built as a network of `dialect` would build it, its input the
+    (classes + 5) * n channels it needs."""
+    s = parse_cfg_text(text, path)[0]
+    net = SimpleNamespace(layers=[], quirks=quirks_for(dialect))
+    c = n * (classes + 5)
+    params = SizeParams(batch=batch, h=h, w=w, c=c, inputs=h * w * c, index=index, net=net,
+                        path=path)
+    return LAYER_TYPES[s.type].from_cfg(s, params), s
+
+
+def yolo_text(extra="", classes=3, mask="3,4,5"):
+    return (f"[yolo]\nmask={mask}\nanchors={ANCHORS}\nclasses={classes}\nnum=6\n" + extra)
+
+
+# -- 1. keys and defaults --------------------------------------------------------------------
+
+def test_alexeyab_defaults():
+    l, s = build(yolo_text())
+    assert isinstance(l, AbYoloLayer)
+    assert (l.max_boxes, l.truth_size, l.truths) == (200, 6, 1200)
+    assert (l.iou_normalizer, l.obj_normalizer, l.cls_normalizer, l.delta_normalizer) == \
+        (0.75, 1.0, 1.0, 1.0)
+    assert (l.iou_loss, l.iou_thresh_kind, l.nms_kind, l.beta_nms) == (MSE, IOU, DEFAULT_NMS, 0.6)
+    assert (l.scale_x_y, l.new_coords, l.objectness_smooth, l.focal_loss) == (1.0, 0, 0, 0)
+    assert (l.max_delta, l.iou_thresh, l.truth_thresh, l.ignore_thresh) == (FLT_MAX, 1.0, 1.0, 0.5)
+    assert (l.label_smooth_eps, l.jitter, l.resize_range, l.random, l.show_details) == \
+        (0.0, 0.2, 1.0, 0.0, 1)
+    assert l.classes_multipliers.size == 0 and l.map.size == 0 and l.embedding_layer is None
+    assert l.mask.tolist() == [3, 4, 5] and l.biases[6:8].tolist() == [81, 82]
+    assert not s.unused()
+
+
+def test_pjreddie_defaults_unchanged_and_ab_keys_refused():
+    l, _ = build(yolo_text(), dialect="pjreddie")
+    assert type(l) is YoloLayer and (l.max_boxes, l.truths) == (90, 450)
+    for key in AB_YOLO_KEYS:
+        with pytest.raises(CfgError, match=rf"t.cfg:6: \[yolo\] {key}: .*dialect='alexeyab'"):
+            build(yolo_text(f"{key}=1\n"), dialect="pjreddie")
+
+
+def test_every_key_parsed(tmp_path):
+    mapfile = tmp_path / "c.map"
+    mapfile.write_text("2\n0\n1\n")
+    l, s = build(yolo_text(
+        "max=50\nshow_details=0\nmax_delta=5\ncounters_per_class=100, 25, 0\n"
+        "label_smooth_eps=0.1\nscale_x_y=1.05\nobjectness_smooth=1\nnew_coords=1\n"
+        "iou_normalizer=0.07\nobj_normalizer=4\ncls_normalizer=0.5\ndelta_normalizer=2\n"
+        "iou_loss=ciou\niou_thresh_kind=giou\nbeta_nms=0.7\nnms_kind=diounms\njitter=.3\n"
+        "resize=1.5\nfocal_loss=1\nignore_thresh=.7\ntruth_thresh=.9\niou_thresh=0.213\n"
+        "random=1.4\ntrack_history_size=7\nsim_thresh=.5\ndets_for_track=2\n"
+        "dets_for_show=3\ntrack_ciou_norm=.02\nembedding_layer=-1\n"
+        f"map={mapfile}\n"), index=4)
+    assert (l.max_boxes, l.truths, l.show_details, l.max_delta) == (50, 300, 0, 5.0)
+    # max counter / counter, counters below 1 count as 1, capped at max_delta
+    np.testing.assert_array_equal(l.classes_multipliers, f32([1, 4, 5]))
+    assert (l.label_smooth_eps, l.scale_x_y, l.objectness_smooth, l.new_coords) == \
+        (0.1, 1.05, 1, 1)
+    assert (l.iou_normalizer, l.obj_normalizer, l.cls_normalizer, l.delta_normalizer) == \
+        (0.07, 4.0, 0.5, 2.0)
+    assert (l.iou_loss, l.iou_thresh_kind, l.beta_nms, l.nms_kind) == (CIOU, GIOU, 0.7, DIOU_NMS)
+    assert (l.jitter, l.resize_range, l.focal_loss, l.random) == (0.3, 1.5, 1, 1.4)
+    assert (l.ignore_thresh, l.truth_thresh, l.iou_thresh) == (0.7, 0.9, 0.213)
+    assert l.tracking == {"track_history_size": 7, "sim_thresh": 0.5, "dets_for_track": 2,
+                          "dets_for_show": 3, "track_ciou_norm": 0.02}
+    assert l.embedding_layer == 3 and l.map.tolist() == [2, 0, 1]
+    assert not s.unused()
+
+
+@pytest.mark.parametrize("value,kind", [("mse", MSE), ("iou", IOU), ("giou", GIOU),
+                                        ("ciou", CIOU)])
+def test_iou_loss_kinds(value, kind):
+    assert build(yolo_text(f"iou_loss={value}\n"))[0].iou_loss == kind
+
+
+@pytest.mark.parametrize("value,kind", [("default", DEFAULT_NMS), ("greedynms", GREEDY_NMS),
+                                        ("diounms", DIOU_NMS), ("cornersnms", DEFAULT_NMS)])
+def test_nms_kinds(value, kind):
+    assert build(yolo_text(f"nms_kind={value}\n"))[0].nms_kind == kind
+
+
+@pytest.mark.parametrize("text,match", [
+    ("iou_loss=l1\n", r"iou_loss: expected one of mse, iou, giou, diou, ciou, found 'l1'"),
+    ("iou_thresh_kind=mse\n", r"iou_thresh_kind: expected one of iou, giou, diou, ciou"),
+    ("nms_kind=soft\n", r"nms_kind: expected one of default, greedynms, diounms"),
+    ("counters_per_class=1,2\n", r"counters_per_class: has 2 values; classes=3"),
+    ("embedding_layer=5\n", r"embedding_layer: names layer 5; it must be one of the layers"),
+    ("max=0\n", r"max: must be at least 1"),
+    ("scale_x_y=big\n", r"scale_x_y: expected a number"),
+])
+def test_bad_values_name_the_key(text, match):
+    with pytest.raises(CfgError, match=r"t.cfg:\d+: \[yolo\] " + match):
+        build(yolo_text(text))
+
+
+def test_bad_class_map(tmp_path):
+    short = tmp_path / "short.map"
+    short.write_text("0\n1\n")
+    wide = tmp_path / "wide.map"
+    wide.write_text("0\n1\n3\n")
+    for f in (short, wide):
+        with pytest.raises(CfgError, match=r"\[yolo\] map: the class map needs 3 ids"):
+            build(yolo_text(f"map={f}\n"))
+
+
+def test_filters_must_fit():
+    s = parse_cfg_text(yolo_text())[0]
+    net = SimpleNamespace(layers=[], quirks=quirks_for("alexeyab"))
+    params = SizeParams(batch=1, h=4, w=4, c=20, inputs=320, index=1, net=net)
+    with pytest.raises(CfgError, match="has 20 filters"):
+        LAYER_TYPES["yolo"].from_cfg(s, params)
+
+
+def test_network_truths_follow_the_dialect(tmp_path):
+    import darknumba as dn
+    cfg = tmp_path / "n.cfg"
+    cfg.write_text("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=24\n"
+                   "size=1\nactivation=linear\n" + yolo_text("scale_x_y=1.1\n"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")           # no "unused field" for AlexeyAB's keys
+        net = dn.parse_network_cfg(cfg, dialect="alexeyab")
+    assert net.truths == 1200 and net.layers[-1].scale_x_y == 1.1
+    cfg.write_text(cfg.read_text().replace("scale_x_y=1.1\n", ""))
+    assert dn.parse_network_cfg(cfg).truths == 450
