@@ -7,6 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+import naive_yolo_ab as naive
 from darknumba.cfg import parse_cfg_text
 from darknumba.dialect import quirks_for
 from darknumba.errors import CfgError
@@ -144,3 +145,91 @@ def test_network_truths_follow_the_dialect(tmp_path):
     assert net.truths == 1200 and net.layers[-1].scale_x_y == 1.1
     cfg.write_text(cfg.read_text().replace("scale_x_y=1.1\n", ""))
     assert dn.parse_network_cfg(cfg).truths == 450
+
+
+# -- 2. forward and detections ---------------------------------------------------------------
+
+def _input(l, seed, new_coords=False):
+    """Raw inputs: logits, or with new_coords values a logistic convolution could give."""
+    rng = np.random.default_rng(seed)
+    if new_coords:
+        return rng.uniform(0.01, 0.99, l.batch * l.outputs).astype(f32)
+    return rng.normal(0, 2, l.batch * l.outputs).astype(f32)
+
+
+@pytest.mark.parametrize("new_coords,scale", [(0, 1.0), (0, 1.05), (0, 2.0), (1, 2.0), (1, 1.0)])
+def test_forward_matches_reference(new_coords, scale):
+    l, _ = build(yolo_text(f"new_coords={new_coords}\nscale_x_y={scale}\n"), h=3, w=5)
+    x = _input(l, 1, new_coords)
+    l.forward(SimpleNamespace(input=x, train=False, truth=None))
+    expected = naive.forward(x, l.batch, l.n, l.classes, l.w * l.h, new_coords, scale)
+    np.testing.assert_allclose(l.output, expected, rtol=2e-6, atol=2e-7)
+    assert not l.delta.any()
+
+
+def _set_output(l, seed, new_coords):
+    """An activated output with objectness spread over [0, 1] and a few NaN objectness."""
+    l.forward(SimpleNamespace(input=_input(l, seed, new_coords), train=False, truth=None))
+    o = l.output.reshape(l.batch, l.n, 5 + l.classes, l.h * l.w)
+    rng = np.random.default_rng(seed)
+    o[:, :, 4] = rng.uniform(0, 1, o[:, :, 4].shape)
+    o[0, 1, 4, 2] = np.nan
+    return o
+
+
+@pytest.mark.parametrize("new_coords,letter,relative,size", [
+    (0, False, True, (640, 480)), (0, True, True, (640, 480)), (0, True, False, (300, 500)),
+    (1, False, False, (640, 480)), (1, True, True, (333, 200))])
+def test_detections_match_reference(new_coords, letter, relative, size):
+    l, _ = build(yolo_text(f"new_coords={new_coords}\n"), h=3, w=5)
+    _set_output(l, 2, new_coords)
+    w, h = size
+    for b in range(l.batch):
+        d = l.get_detections(w, h, 160, 96, 0.3, relative, b, letter)
+        expected = naive.detections(l.output.astype(np.float64), b, l.n, l.w, l.h, l.classes,
+                                    l.biases.astype(np.float64), l.mask, 160, 96, f32(0.3),
+                                    new_coords, w, h, relative, letter)
+        assert len(d) == len(expected) > 5
+        np.testing.assert_allclose(d.bbox, [e[0] for e in expected], rtol=2e-6, atol=1e-6)
+        np.testing.assert_array_equal(d.objectness, f32([e[1] for e in expected]))
+        np.testing.assert_allclose(d.prob, [e[2] for e in expected], rtol=1e-6)
+
+
+def test_correct_boxes_hand():
+    """An 8x4 image letterboxed into a 4x4 network fills 4x2, a row of padding above and
+    below: y <- (y - .25) / .5, h <- h * 2; resized instead, the boxes stay."""
+    l, _ = build(yolo_text(mask="0", classes=1), classes=1, n=1, h=2, w=2, batch=1)
+    o = l.output.reshape(1, 6, 2, 2)
+    o[0, :2, 0, 1] = [.5, .25]                      # cell (col 1, row 0)
+    o[0, 2:4, 0, 1] = [np.log(2.0), 0.0]            # w = 2 * 10 / 4, h = 14 / 4
+    o[0, 4, 0, 1] = o[0, 5, 0, 1] = 1.0
+    d = l.get_detections(8, 4, 4, 4, 0.5, True, 0, True)
+    np.testing.assert_allclose(d.bbox[0], [.75, (.125 - .25) / .5, 5.0, 3.5 * 2], rtol=1e-6)
+    d = l.get_detections(8, 4, 4, 4, 0.5, True, 0, False)
+    np.testing.assert_allclose(d.bbox[0], [.75, .125, 5.0, 3.5], rtol=1e-6)
+
+
+def test_network_boxes_use_alexeyabs_decoding(tmp_path):
+    """get_network_boxes on an alexeyab network: new_coords boxes (w = 4 t^2 anchor / netw),
+    no logistic in the layer, and detect() applies the layer's NMS kind."""
+    import darknumba as dn
+    from darknumba.box import detect, get_network_boxes
+    cfg = tmp_path / "n.cfg"
+    cfg.write_text("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=8\n"
+                   "size=1\nactivation=logistic\n[yolo]\nmask=0\nanchors=16,8\nclasses=3\n"
+                   "num=1\nnew_coords=1\nscale_x_y=2.0\nnms_kind=greedynms\n")
+    net = dn.parse_network_cfg(cfg, dialect="alexeyab")
+    net.forward(np.random.default_rng(0).uniform(0, 1, (1, 3, 32, 32)).astype(f32))
+    l = net.layers[-1]
+    conv = net.layers[0].output
+    np.testing.assert_array_equal(l.output[2 * 1024:], conv[2 * 1024:])
+    d = get_network_boxes(net, 64, 32, thresh=0.0, letterbox=False)
+    t = conv.reshape(8, 32, 32)
+    np.testing.assert_allclose(d.bbox[:, 2], (t[2] * t[2] * 4 * 16 / 32).ravel(), rtol=1e-6)
+    np.testing.assert_allclose(d.bbox[:, 0], ((np.arange(32) + 2 * t[0] - .5) / 32).ravel(),
+                               rtol=1e-5)
+    from darknumba.box_ab import do_nms
+    im = np.zeros((3, 32, 64), f32)
+    out = detect(net, [im], thresh=0.3, nms=0.45, letterbox=False)[0]
+    expected = do_nms(get_network_boxes(net, 64, 32, 0.3, letterbox=False), 0.45, GREEDY_NMS)
+    np.testing.assert_array_equal(out.prob, expected.prob)
