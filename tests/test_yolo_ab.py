@@ -8,6 +8,8 @@ import numpy as np
 import pytest
 
 import naive_yolo_ab as naive
+from darknumba.box import Detections, do_nms_sort
+from darknumba.box_ab import detection_results_v3, do_nms, format_lines_v3
 from darknumba.cfg import parse_cfg_text
 from darknumba.dialect import quirks_for
 from darknumba.errors import CfgError
@@ -15,6 +17,7 @@ from darknumba.layers import LAYER_TYPES
 from darknumba.layers.base import SizeParams
 from darknumba.layers.yolo import AB_YOLO_KEYS, YoloLayer
 from darknumba.layers.yolo_ab import FLT_MAX, AbYoloLayer
+from darknumba.kernels import box_ab
 from darknumba.kernels.box_ab import CIOU, DEFAULT_NMS, DIOU_NMS, GIOU, GREEDY_NMS, IOU, MSE
 
 f32 = np.float32
@@ -233,3 +236,126 @@ def test_network_boxes_use_alexeyabs_decoding(tmp_path):
     out = detect(net, [im], thresh=0.3, nms=0.45, letterbox=False)[0]
     expected = do_nms(get_network_boxes(net, 64, 32, 0.3, letterbox=False), 0.45, GREEDY_NMS)
     np.testing.assert_array_equal(out.prob, expected.prob)
+
+
+# -- 3. IoU kinds and NMS kinds ------------------------------------------------------------
+
+def _boxes(rng, k, zero_area=False):
+    b = np.column_stack([rng.uniform(0.2, 0.8, (k, 2)), rng.uniform(0.05, 0.5, (k, 2))])
+    if zero_area:
+        b[::4, 2] = 0                                      # zero width
+        b[1::4, 3] = 0                                     # zero height
+        b[2::8] = [0.5, 0.5, 0, 0]                         # points, some at the same place
+    return b.astype(f32)
+
+
+@pytest.mark.parametrize("zero_area", [False, True])
+def test_iou_kinds_match_reference(zero_area):
+    """Random pairs, identical pairs and, with zero_area, boxes of zero width or height and
+    points: IoU, GIoU and DIoU stay finite (AlexeyAB's guards); CIoU's aspect term of a point
+    is NaN in the C too (0/0)."""
+    rng = np.random.default_rng(3)
+    a, b = _boxes(rng, 64, zero_area), _boxes(rng, 64, zero_area)
+    b[:8] = a[:8]
+    pairs = [(x, y) for x, y in zip(a, b)] + [(x, y) for x, y in zip(a[:16], b[1:17])]
+    for fn, ref, finite in [
+            (box_ab.box_iou, naive.box_iou, True), (box_ab.box_giou, naive.box_giou, True),
+            (box_ab.box_diou, naive.box_diounms, True), (box_ab.box_ciou, naive.box_ciou, False),
+            (lambda *v: box_ab.box_diounms(*v, f32(0.8)),
+             lambda p, q: naive.box_diounms(p, q, 0.8), True)]:
+        got = np.array([fn(*p, *q) for p, q in pairs])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            want = np.array([ref(p.astype(float), q.astype(float)) for p, q in pairs])
+        assert np.isfinite(got).all() or not finite
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
+
+
+def _detections(rng, k, classes, zero_area=False):
+    """Candidates as get_network_boxes gives them: clusters of overlapping boxes, probs kept
+    above a threshold, some objectness exactly 0 (already suppressed)."""
+    centres = rng.uniform(0.2, 0.8, (4, 2))
+    xy = centres[rng.integers(0, 4, k)] + rng.normal(0, 0.05, (k, 2))
+    wh = rng.uniform(0.1, 0.3, (k, 2))
+    bbox = np.column_stack([xy, wh]).astype(f32)
+    if zero_area:
+        bbox[::5, 2] = 0
+        bbox[1::5] = bbox[0]
+    obj = rng.uniform(0.3, 1, k).astype(f32)
+    obj[::7] = 0
+    prob = (obj[:, None] * rng.uniform(0, 1, (k, classes))).astype(f32)
+    prob[prob <= 0.3] = 0
+    prob[3::9] = prob[2::9][:len(prob[3::9])]            # ties
+    return Detections(bbox, obj, prob)
+
+
+@pytest.mark.parametrize("kind,name", [(DEFAULT_NMS, "default"), (GREEDY_NMS, "greedynms"),
+                                       (DIOU_NMS, "diounms")])
+@pytest.mark.parametrize("zero_area", [False, True])
+def test_nms_kinds_match_reference(kind, name, zero_area):
+    rng = np.random.default_rng(5)
+    for trial in range(3):
+        d = _detections(rng, 40, 3, zero_area)
+        out = do_nms(d, 0.45, kind, 0.7)
+        order, prob = naive.nms_sort(d.bbox.astype(float), d.objectness, d.prob, 0.45, name, 0.7)
+        np.testing.assert_array_equal(out.bbox, d.bbox[order])
+        np.testing.assert_array_equal(out.prob, prob[order].astype(f32))
+        assert (out.prob == 0).sum() > (d.prob == 0).sum()        # something was suppressed
+
+
+def test_default_nms_is_do_nms_sort():
+    d = _detections(np.random.default_rng(6), 50, 4)
+    a = do_nms(d, 0.45)
+    b = do_nms_sort(Detections(d.bbox, d.objectness, d.prob.copy()), 0.45)
+    np.testing.assert_array_equal(a.bbox, b.bbox)
+    np.testing.assert_array_equal(a.prob, b.prob)
+
+
+def test_nms_kinds_hand():
+    """Two boxes of IoU 1/2 whose centres are 1/4 apart: IoU .5 > .45 suppresses; DIoU =
+    .5 - (.0625 / (.75^2 + .5^2))^.6 = .367 does not; with beta 2 the DIoU test is .494."""
+    bbox = f32([[0.5, 0.5, 0.5, 0.5], [0.5 + 1 / 6, 0.5, 0.5, 0.5]])
+    d = Detections(bbox, f32([0.9, 0.8]), f32([[0.9], [0.8]]))
+    assert naive.box_iou(bbox[0], bbox[1]) == pytest.approx(0.5, rel=1e-6)
+    assert do_nms(d, 0.45).prob[1, 0] == 0
+    assert do_nms(d, 0.45, GREEDY_NMS).prob[1, 0] == f32(0.8)
+    assert do_nms(d, 0.45, DIOU_NMS, 0.6).prob[1, 0] == f32(0.8)
+    assert do_nms(d, 0.45, DIOU_NMS, 4.0).prob[1, 0] == 0
+
+
+# -- 4. draw_detections_v3's lines -----------------------------------------------------------
+
+def test_print_order_and_classes():
+    """get_actual_detections + the left-edge sort + the class loop, by hand: a box is shown
+    when a class not named dont_show* is > thresh (its best class, first of ties, comes
+    first), the rest of its classes > thresh follow in class order, dont_show ones included."""
+    names = ["a", "b", "dont_show"]
+    bbox = f32([[.5, .5, .2, .4], [.2, .5, .2, .2], [.3, .4, .2, .2], [.5, .2, .2, .2],
+                [.9, .9, .1, .1]])
+    prob = f32([[.3, .6, 0], [0, 0, .9], [.5, 0, .8], [.7, .7, 0], [.25, 0, 0]])
+    d = Detections(bbox, np.ones(5, f32), prob)
+    res = detection_results_v3(d, 200, 100, 0.25, names)
+    assert [(r["box"], r["class_id"], r["best"]) for r in res] == \
+        [(2, 0, True), (2, 2, False), (0, 1, True), (0, 0, False), (3, 0, True), (3, 1, False)]
+    assert format_lines_v3(res) == ["a: 50%", "dont_show: 80%", "b: 60%", "a: 30%", "a: 70%",
+                                    "b: 70%"]
+    assert format_lines_v3(res, ext_output=True)[:2] == [
+        "a: 50%\t(left_x:   40   top_y:   30   width:   40   height:   20)",
+        "dont_show: 80%\t(left_x:   40   top_y:   30   width:   40   height:   20)"]
+
+
+def test_ext_output_rounds_halves_away_from_zero():
+    """C's round(): 0.5 -> 1, -0.25 -> -0 (printed "-0"), -0.5 -> -1."""
+    bbox = f32([[.25, .125, .25, .25], [.0625, .5, .25, .25], [0, .5, .25, .25]])
+    d = Detections(bbox, np.ones(3, f32), f32([[.9], [.8], [.7]]))
+    lines = format_lines_v3(detection_results_v3(d, 4, 4, .5, ["x"]), ext_output=True)
+    assert lines == ["x: 70%\t(left_x:   -1   top_y:    2   width:    1   height:    1)",
+                     "x: 80%\t(left_x:   -0   top_y:    2   width:    1   height:    1)",
+                     "x: 90%\t(left_x:    1   top_y:    0   width:    1   height:    1)"]
+
+
+def test_print_needs_names():
+    d = Detections(f32([[.5, .5, .1, .1]]), f32([1]), f32([[.9, .9]]))
+    with pytest.raises(ValueError, match="1 names for 2 classes"):
+        detection_results_v3(d, 10, 10, .5, ["x"])
+    assert detection_results_v3(Detections(np.zeros((0, 4), f32), np.zeros(0, f32),
+                                           np.zeros((0, 2), f32)), 10, 10, .5, ["x", "y"]) == []

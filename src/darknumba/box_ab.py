@@ -16,27 +16,29 @@ _NMS_LAYERS = ("yolo", "gaussian_yolo", "region")
 
 
 def do_nms(dets, nms: float, kind: int = DEFAULT_NMS, beta: float = 0.6):
-    """do_nms_sort (DEFAULT_NMS) or diounms_sort (GREEDY_NMS: DIoU > nms; DIOU_NMS:
+    """AlexeyAB's do_nms_sort (DEFAULT_NMS) or diounms_sort (GREEDY_NMS: DIoU > nms; DIOU_NMS:
     IoU - (d/c)^beta > nms) on box.Detections: returns them in the C's final order with
-    suppressed class probs set to 0."""
+    suppressed class probs set to 0. Zero-area boxes have IoU 0 (pjreddie's divides by 0)."""
+    return _sorted(dets, lambda *a: diounms_sort_cpu(*a, kind, np.float32(beta)), nms)
+
+
+def _sorted(dets, kernel, nms):
     order = np.empty(len(dets), np.int64)
-    prob = np.ascontiguousarray(dets.prob, np.float32)
-    bbox = np.ascontiguousarray(dets.bbox, np.float32)
-    obj = np.ascontiguousarray(dets.objectness, np.float32)
-    if kind == DEFAULT_NMS:
-        do_nms_sort_cpu(order, bbox, obj, prob, np.float32(nms))
-    else:
-        diounms_sort_cpu(order, bbox, obj, prob, np.float32(nms), kind, np.float32(beta))
+    prob = np.array(dets.prob, np.float32)                 # suppressed in a copy
+    kernel(order, np.ascontiguousarray(dets.bbox, np.float32),
+           np.ascontiguousarray(dets.objectness, np.float32), prob, np.float32(nms))
     return dataclasses.replace(dets, bbox=dets.bbox[order], objectness=dets.objectness[order],
                                prob=prob[order])
 
 
 def network_nms(net, dets, nms: float):
-    """The NMS test_detector applies: the kind (and beta_nms) of the network's last [yolo] or
-    [region] layer; pjreddie's layers have none, which is do_nms_sort."""
+    """The NMS test_detector applies: AlexeyAB's takes the kind (and beta_nms) of the network's
+    last [yolo] or [region] layer; pjreddie's layers have none: its do_nms_sort."""
     layers = [l for l in net.layers if l.type in _NMS_LAYERS] or net.layers[-1:]
-    l = layers[-1]
-    return do_nms(dets, nms, getattr(l, "nms_kind", DEFAULT_NMS), getattr(l, "beta_nms", 0.6))
+    kind = getattr(layers[-1], "nms_kind", None)
+    if kind is None:
+        return _sorted(dets, do_nms_sort_cpu, nms)
+    return do_nms(dets, nms, kind, layers[-1].beta_nms)
 
 
 def detection_results_v3(dets, im_w: int, im_h: int, thresh: float,

@@ -255,13 +255,13 @@ def dx_box_iou(px, py, pw, ph, tx, ty, tw, th, kind):
 
 @njit(cache=True, error_model="numpy")
 def diounms_sort_cpu(order, bbox, objectness, prob, thresh, kind, beta):
-    """diounms_sort on the permutation `order` (filled here): boxes with objectness 0 go to
-    the end (the C's swap loop); then for each class the others are sorted by that class's
-    prob, descending, stably (glibc's qsort is a merge sort), and every later box loses that
-    class (prob set to 0 in place) when the kept box's DIoU with it (GREEDY_NMS, beta 0.6) or
-    IoU - (d/c)^beta (DIOU_NMS) is > thresh; the C suppresses nothing for other kinds (it is
-    not called for DEFAULT_NMS: do_nms_sort is). A class whose probs are all 0 leaves the
-    order as it is."""
+    """diounms_sort, and do_nms_sort for DEFAULT_NMS (the two C functions differ only in their
+    test), on the permutation `order` (filled here): boxes with objectness 0 go to the end
+    (the C's swap loop); then for each class the others are sorted by that class's prob,
+    descending, stably (glibc's qsort is a merge sort), and every later box loses that class
+    (prob set to 0 in place) when the kept box's IoU (DEFAULT_NMS; 0 with zero-area boxes),
+    DIoU (GREEDY_NMS, beta 0.6) or IoU - (d/c)^beta (DIOU_NMS) with it is > thresh. A class
+    whose probs are all 0 leaves the order as it is."""
     total = order.shape[0]
     classes = prob.shape[1]
     for i in range(total):
@@ -299,6 +299,6 @@ def diounms_sort_cpu(order, bbox, objectness, prob, thresh, kind, beta):
                 elif kind == DIOU_NMS:
                     v = box_diounms(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3], beta)
                 else:
-                    continue
+                    v = box_iou(a[0], a[1], a[2], a[3], b[0], b[1], b[2], b[3])
                 if v > thresh:
                     prob[order[j], c] = 0
