@@ -35,8 +35,8 @@ def build(text, dialect="alexeyab", classes=3, n=3, h=4, w=5, batch=2, index=1, 
     return LAYER_TYPES[s.type].from_cfg(s, params), s
 
 
-def yolo_text(extra="", classes=3, mask="3,4,5"):
-    return (f"[yolo]\nmask={mask}\nanchors={ANCHORS}\nclasses={classes}\nnum=6\n" + extra)
+def yolo_text(extra="", classes=3, mask="3,4,5", anchors=ANCHORS):
+    return (f"[yolo]\nmask={mask}\nanchors={anchors}\nclasses={classes}\nnum=6\n" + extra)
 
 
 # -- 1. keys and defaults --------------------------------------------------------------------
