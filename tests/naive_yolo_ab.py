@@ -426,3 +426,17 @@ class Loss:
 
 
 FLT_MAX = float(np.finfo(np.float32).max)
+
+
+def sum_squares_sse(a):
+    """mag_array's float sum of squares as AlexeyAB's stock -Ofast build computes it: four
+    float lanes, joined (l0 + l2) + (l1 + l3), then the tail one by one."""
+    a = np.asarray(a, np.float32)
+    m = a.size // 4 * 4
+    lanes = np.zeros(4, np.float32)
+    for i in range(0, m, 4):
+        lanes = lanes + a[i:i + 4] * a[i:i + 4]
+    t = (lanes[0] + lanes[2]) + (lanes[1] + lanes[3])
+    for v in a[m:]:
+        t = np.float32(t + v * v)
+    return t

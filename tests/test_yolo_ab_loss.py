@@ -262,3 +262,16 @@ def test_ciou_aspect_term_against_finite_differences():
         np.testing.assert_allclose(g[:2], 0, atol=1e-6)
         np.testing.assert_allclose(_kernel(p, t, "ciou"), naive.dx_box_iou(p, t, "ciou"),
                                    rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("size", [(2, 3, 8, 5), (1, 2, 6, 7), (1, 1, 6, 1)])
+def test_sums_of_squares_as_the_c_adds_them(size):
+    """|delta|^2 and its class/objectness part in four float lanes, bit for bit."""
+    from darknumba.kernels.yolo_ab import yolo_delta_squares
+    b, n, entries, wh = size
+    d = np.random.default_rng(1).normal(0, 3, b * n * entries * wh).astype(f32)
+    t, p = yolo_delta_squares(d, b * n, entries, wh)
+    masked = d.reshape(b * n, entries, wh).copy()
+    masked[:, :4] = 0
+    assert t == naive.sum_squares_sse(d) and p == naive.sum_squares_sse(masked.ravel())
+    assert t == pytest.approx(float(np.sum(d.astype(np.float64) ** 2)), rel=1e-5)

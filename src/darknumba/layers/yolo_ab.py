@@ -10,6 +10,8 @@ output and pass down unchanged (scale_x_y's factor and the logistic's derivative
 applied, as in AlexeyAB's CPU backward). Truths: up to `max` (200) boxes of 6 floats
 (x, y, w, h, class, track id).
 """
+import functools
+import math
 import warnings
 
 import numpy as np
@@ -143,7 +145,7 @@ class AbYoloLayer(YoloLayer):
         truth = net.truth
         self._check_truth(truth)
         f = np.float32
-        stats = np.zeros((self.batch, N_STATS), np.float64)
+        stats = np.zeros((self.batch, N_STATS), np.float32)
         forward_yolo_ab_loss(
             self.output, self.delta, truth, self.biases, self.mask, self.batch, self.n,
             self.total, self.w, self.h, self.classes, net.w, net.h, self.truths,
@@ -156,35 +158,38 @@ class AbYoloLayer(YoloLayer):
         self._summarise(stats, net.index)
 
     def _summarise(self, stats, index):
-        """cost and stats as AlexeyAB's forward_yolo_layer ends: with show_details, cost =
-        iou_normalizer * mean(1 - IoU) (GIoU for giou) + obj_normalizer * |class and
-        objectness deltas|^2, or |delta|^2 for mse; without, |delta|^2."""
-        s = stats.sum(axis=0)
+        """cost and stats as AlexeyAB's forward_yolo_layer ends, in its float arithmetic: with
+        show_details, cost = iou_normalizer * sum(1 - IoU) / count (GIoU for giou) +
+        obj_normalizer * |class and objectness deltas|^2, or |delta|^2 for mse; without,
+        |delta|^2. The per-image sums are added image by image, as the C joins its threads."""
+        f = np.float32
+        s = functools.reduce(np.add, stats)
         count = int(s[S_COUNT])
-        n = max(count, 1)                      # the C divides by count, set to 1 when 0
-        total_sq, box_sq = yolo_delta_squares(self.delta, self.batch, self.n,
-                                              4 + 1 + self.classes, self.w * self.h)
-        loss = total_sq
-        class_loss = self.obj_normalizer * (total_sq - box_sq)
+        n = f(max(count, 1))                    # the C divides by count, set to 1 when 0
+        total_sq, class_sq = yolo_delta_squares(self.delta, self.batch * self.n,
+                                                4 + 1 + self.classes, self.w * self.h)
+        loss = _mag_squared(total_sq)
+        class_loss = f(float(f(self.obj_normalizer)) * float(_mag_squared(class_sq)))
         if not self.show_details or self.iou_loss == MSE:
-            cost = total_sq
+            cost = loss
         else:
             tot = s[S_GIOU_LOSS] if self.iou_loss == GIOU else s[S_IOU_LOSS]
-            cost = self.iou_normalizer * tot / n + class_loss
-        self.cost = float(np.float32(cost))
-        cells = self.w * self.h * self.n * self.batch
+            cost = f(self.iou_normalizer) * (tot / n) + class_loss
+        self.cost = float(cost)
         bad = int(s[S_BAD_CLASS])
         if bad:
             warnings.warn("yolo truth: boxes with class ids outside 0..classes-1 are skipped "
                           "(as AlexeyAB's darknet does)", stacklevel=3)
+        per = (lambda k: float(s[k] / n))
+        batch = f(self.batch)
         self.stats = {
-            "index": index, "count": count, "avg_iou": s[S_IOU] / n, "giou": s[S_GIOU] / n,
-            "diou": s[S_DIOU] / n, "ciou": s[S_CIOU] / n,
-            "class": s[S_CAT] / max(int(s[S_CLASS_COUNT]), 1), "obj": s[S_OBJ] / n,
-            "no_obj": s[S_ANYOBJ] / cells, "recall50": s[S_RECALL] / n,
-            "recall75": s[S_RECALL75] / n, "loss": loss / self.batch,
-            "class_loss": class_loss / self.batch,
-            "iou_loss": (loss - class_loss) / self.batch,
+            "index": index, "count": count, "avg_iou": per(S_IOU), "giou": per(S_GIOU),
+            "diou": per(S_DIOU), "ciou": per(S_CIOU),
+            "class": float(s[S_CAT] / f(max(int(s[S_CLASS_COUNT]), 1))), "obj": per(S_OBJ),
+            "no_obj": float(s[S_ANYOBJ] / f(self.w * self.h * self.n * self.batch)),
+            "recall50": per(S_RECALL), "recall75": per(S_RECALL75),
+            "loss": float(loss / batch), "class_loss": float(class_loss / batch),
+            "iou_loss": float((loss - class_loss) / batch),
             "total_bbox": int(s[S_TOTAL_BBOX]), "rewritten_bbox": int(s[S_REWRITTEN]),
             "nan_deltas": int(s[S_NAN_FIXED]), "skipped_truths": bad}
 
@@ -239,6 +244,11 @@ class AbYoloLayer(YoloLayer):
                                    bool(self.new_coords))
         correct_yolo_boxes_ab_cpu(dets.bbox, w, h, netw, neth, relative, bool(letterbox))
         return dets
+
+
+def _mag_squared(sum_sq):
+    """pow(mag_array(x), 2) as the C rounds it: the float sqrt of the float sum, squared."""
+    return np.float32(float(np.float32(math.sqrt(float(sum_sq)))) ** 2)
 
 
 def _choice(s, key, default, table):
