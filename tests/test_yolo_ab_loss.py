@@ -1,4 +1,4 @@
-"""AlexeyAB's [yolo] loss (kernels/yolo_ab.py process_batch) against naive_yolo_ab.Loss, a
+"""AlexeyAB's [yolo] loss (kernels/yolo_ab_loss.py process_batch) against naive_yolo_ab.Loss, a
 loop-by-loop translation of its forward_yolo_layer, on configurations like the cfgs that use
 them (yolov4-tiny, yolov4, yolov4-csp) and on the corners: truths sharing a cell, truth_thresh,
 focal loss, label smoothing, counters_per_class, class maps, bad class ids, NaN objectness,
@@ -267,7 +267,7 @@ def test_ciou_aspect_term_against_finite_differences():
 @pytest.mark.parametrize("size", [(2, 3, 8, 5), (1, 2, 6, 7), (1, 1, 6, 1)])
 def test_sums_of_squares_as_the_c_adds_them(size):
     """|delta|^2 and its class/objectness part in four float lanes, bit for bit."""
-    from darknumba.kernels.yolo_ab import yolo_delta_squares
+    from darknumba.kernels.yolo_ab_loss import yolo_delta_squares
     b, n, entries, wh = size
     d = np.random.default_rng(1).normal(0, 3, b * n * entries * wh).astype(f32)
     t, p = yolo_delta_squares(d, b * n, entries, wh)

@@ -3,7 +3,7 @@ for networks of the alexeyab dialect. Per image the output is [anchor][4+1+class
 
 Forward: logistic (in float) on x, y, objectness and classes, none with new_coords=1 (the
 convolution before is logistic), then x, y <- scale_x_y * x - (scale_x_y - 1)/2. Training: the
-loss of kernels/yolo_ab.py (iou_loss mse/iou/giou/diou/ciou, iou_normalizer, obj_normalizer,
+loss of kernels/yolo_ab_loss.py (iou_loss mse/iou/giou/diou/ciou, iou_normalizer, obj_normalizer,
 cls_normalizer, max_delta, ignore rule, truth_thresh, iou_thresh, objectness_smooth,
 label_smooth_eps, counters_per_class, focal_loss, map). Its deltas are w.r.t. the layer's
 output and pass down unchanged (scale_x_y's factor and the logistic's derivative are not
@@ -20,12 +20,13 @@ from ..box import Detections
 from ..errors import DarknumbaError
 from ..kernels.box import yolo_num_detections_cpu
 from ..kernels.box_ab import CIOU, DEFAULT_NMS, DIOU, DIOU_NMS, GIOU, GREEDY_NMS, IOU, MSE
-from ..kernels.yolo_ab import (N_STATS, S_ANYOBJ, S_BAD_CLASS, S_CAT, S_CIOU, S_CLASS_COUNT,
-                               S_COUNT, S_DIOU, S_GIOU, S_GIOU_LOSS, S_IOU, S_IOU_LOSS,
-                               S_NAN_FIXED, S_OBJ, S_RECALL, S_RECALL75, S_REWRITTEN,
-                               S_TOTAL_BBOX, activate_yolo_output_ab, correct_yolo_boxes_ab_cpu,
-                               forward_yolo_ab_loss, get_yolo_detections_ab_cpu,
-                               yolo_delta_squares)
+from ..kernels.yolo_ab import (activate_yolo_output_ab, correct_yolo_boxes_ab_cpu,
+                               get_yolo_detections_ab_cpu)
+from ..kernels.yolo_ab_loss import (N_STATS, S_ANYOBJ, S_BAD_CLASS, S_CAT, S_CIOU,
+                                    S_CLASS_COUNT, S_COUNT, S_DIOU, S_GIOU, S_GIOU_LOSS, S_IOU,
+                                    S_IOU_LOSS, S_NAN_FIXED, S_OBJ, S_RECALL, S_RECALL75,
+                                    S_REWRITTEN, S_TOTAL_BBOX, forward_yolo_ab_loss,
+                                    yolo_delta_squares)
 from ..tree import read_map, resolve
 from .yolo import YoloLayer
 
@@ -140,7 +141,7 @@ class AbYoloLayer(YoloLayer):
         self.forward_loss(net)
 
     def forward_loss(self, net):
-        """The training half of forward_yolo_layer: deltas (kernels/yolo_ab.py), cost and the
+        """The training half of forward_yolo_layer: deltas (kernels/yolo_ab_loss.py), cost and the
         statistics of AlexeyAB's print-out (self.stats, stats_line)."""
         truth = net.truth
         self._check_truth(truth)
