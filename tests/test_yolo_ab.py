@@ -210,6 +210,8 @@ def test_correct_boxes_hand():
     np.testing.assert_allclose(d.bbox[0], [.75, (.125 - .25) / .5, 5.0, 3.5 * 2], rtol=1e-6)
     d = l.get_detections(8, 4, 4, 4, 0.5, True, 0, False)
     np.testing.assert_allclose(d.bbox[0], [.75, .125, 5.0, 3.5], rtol=1e-6)
+    d = l.get_detections(1, 1000, 4, 4, 0.5, True, 0, True)          # letterboxed width 0
+    assert not np.isfinite(d.bbox[0, [0, 2]]).any()
 
 
 def test_network_boxes_use_alexeyabs_decoding(tmp_path):

@@ -87,12 +87,13 @@ def get_yolo_detections_ab_cpu(bbox, objectness, prob, output, offset, n, lw, lh
     return count
 
 
-@njit(cache=True)
+@njit(cache=True, error_model="numpy")
 def correct_yolo_boxes_ab_cpu(bbox, w, h, netw, neth, relative, letter):
     """AlexeyAB's correct_yolo_boxes: with `letter`, undo the letterbox of a w x h image in a
     netw x neth network (new size by integer division, as letterbox_image); without it
     (a plain resize) the boxes stay relative. relative=False scales them to pixels. Unlike
-    pjreddie's, w and h are multiplied by 1 / (new_w / netw)."""
+    pjreddie's, w and h are multiplied by 1 / (new_w / netw). An image so narrow that its
+    letterboxed width is 0 gives inf/NaN boxes, as in C."""
     if letter:
         if f32(netw) / f32(w) < f32(neth) / f32(h):
             new_w = netw

@@ -46,7 +46,7 @@ class AbYoloLayer(YoloLayer):
     delta_normalizer 1 (only AlexeyAB's GPU backward uses it); max_delta FLT_MAX (no clip);
     iou_thresh 1 (off); iou_thresh_kind "iou"; objectness_smooth 0; label_smooth_eps 0;
     focal_loss 0; classes_multipliers from counters_per_class; nms_kind "default";
-    beta_nms 0.6; resize 1; random 0 (a float); show_details 1 (the cost and line with
+    beta_nms 0.6; resize_range (the key resize) 1; random 0 (a float); show_details 1 (the cost and line with
     class_loss / iou_loss); the tracking keys (embedding_layer, track_history_size,
     sim_thresh, dets_for_track, dets_for_show, track_ciou_norm) are kept: they serve video
     tracking only, and AlexeyAB's CPU forward never fills the embeddings."""
@@ -134,7 +134,7 @@ class AbYoloLayer(YoloLayer):
         self.output[:] = net.input[:self.batch * self.outputs]
         s = np.float32(self.scale_x_y)
         activate_yolo_output_ab(self.output, self.batch, self.n, self.classes, self.w * self.h,
-                                bool(self.new_coords), s, np.float32(-0.5 * (s - 1)))
+                                bool(self.new_coords), s, np.float32(-0.5 * (float(s) - 1)))
         self.delta[:] = 0.0
         if not net.train or net.truth is None:
             return
