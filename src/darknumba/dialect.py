@@ -92,6 +92,11 @@ class Quirks:
     bn_rolling_momentum: float = 0.99
     # .weights header written on save: (major, minor, revision)
     weights_version: tuple = (0, 2, 0)
+    # [yolo] follows AlexeyAB's yolo_layer.c (layers/yolo_ab.py): its keys and defaults (max=200
+    # truths of 6 values, iou_normalizer 0.75, ...), logistic in float, scale_x_y, new_coords,
+    # its detections, NMS kinds and loss (iou_loss, ignore rule, iou_thresh, ...); without it
+    # AlexeyAB's [yolo] keys are refused
+    yolo_alexeyab: bool = False
 
     @property
     def name(self) -> str:
@@ -146,8 +151,7 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
     if dialect == "alexeyab":
         return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_delta_eps_outside_sqrt=True,
-                      bn_rolling_momentum=0.9,
-                      weights_version=(0, 2, 5))
+                      bn_rolling_momentum=0.9, weights_version=(0, 2, 5), yolo_alexeyab=True)
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,
                   overwrite_delta=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..detections import Detections, letterbox_size
+from ..detections import Detections
 from ..errors import CfgError
-from ..kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
-                           yolo_num_detections_cpu)
+from ..kernels.box import do_nms_sort_cpu
+from ..layers.yolo import get_yolo_detections  # noqa: F401 (the layer's decoding, re-exported)
+from .box_ab import network_nms
 
 INT_MAX = 2 ** 31 - 1
 
@@ -28,31 +29,11 @@ def detection_layers(net) -> list:
     return layers
 
 
-def get_yolo_detections(l, w: int, h: int, netw: int, neth: int, thresh: float,
-                        relative: bool = True, b: int = 0, letterbox: bool = True) -> Detections:
-    """get_yolo_detections for image b of the batch, then correct_yolo_boxes for a w x h image.
-
-    Darknet averages the output with a horizontally flipped copy when the layer's batch is 2
-    (avg_flipped_yolo, meant for flip test-time augmentation); here every image of a batch is
-    decoded on its own, so batch 2 gives what batch 1 gives."""
-    t = np.float32(thresh)
-    offset = b * l.outputs
-    count = yolo_num_detections_cpu(l.output, offset, l.n, l.w * l.h, l.classes, t)
-    dets = Detections(np.empty((count, 4), np.float32), np.empty(count, np.float32),
-                      np.empty((count, l.classes), np.float32))
-    get_yolo_detections_cpu(dets.bbox, dets.objectness, dets.prob, l.output, offset, l.n, l.w,
-                            l.h, l.classes, np.ascontiguousarray(l.biases, np.float32),
-                            np.ascontiguousarray(l.mask, np.int64), netw, neth, t)
-    new_w, new_h = letterbox_size(w, h, netw, neth) if letterbox else (netw, neth)
-    correct_yolo_boxes_cpu(dets.bbox, w, h, netw, neth, new_w, new_h, relative)
-    return dets
-
-
 _LAYER_DETECTIONS = {
     # fill_network_boxes: each kind's detections for image b, boxes relative to the image;
     # only [region] reads hier (its class tree's threshold)
-    "yolo": lambda l, net, w, h, thresh, hier, relative, b, letterbox: get_yolo_detections(
-        l, w, h, net.w, net.h, thresh, relative, b, letterbox),
+    "yolo": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
+        w, h, net.w, net.h, thresh, relative, b, letterbox),
     "region": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
         w, h, net.w, net.h, thresh, relative, b, letterbox, hier),
     "detection": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
@@ -161,11 +142,12 @@ def network_input(net, images: list[np.ndarray], letterbox: bool = True) -> np.n
 def detect(net, images: list[np.ndarray], thresh: float = 0.5, hier: float = 0.5,
            nms: float = 0.45, letterbox: bool = True) -> list[Detections]:
     """test_detector for up to net.batch images ((3, h, w) float32 each): letterbox, forward,
-    get_network_boxes (relative to each image), do_nms_sort when nms > 0."""
+    get_network_boxes (relative to each image), then when nms > 0 do_nms_sort or the NMS kind
+    of an AlexeyAB network's last [yolo] layer."""
     detection_layers(net)
     net.forward(network_input(net, images, letterbox), train=False)
     out = []
     for b, im in enumerate(images):
         dets = get_network_boxes(net, im.shape[2], im.shape[1], thresh, hier, True, b, letterbox)
-        out.append(do_nms_sort(dets, nms) if nms else dets)
+        out.append(network_nms(net, dets, nms) if nms else dets)
     return out
