@@ -592,7 +592,7 @@ def test_shortcut_needs_one_scale_in_both_directions(tmp_path):
 
 @pytest.mark.parametrize("body,pattern", [
     ("[convolutional]\nfilters=6\n[reorg]\nstride=2\n", r"reorg needs channels \(6\) divisible by stride² \(4\)"),
-    ("[reorg]\nextra=-5\n", r"\[reorg\] extra: must be at least 0, found -5"),
+    ("[reorg]\nextra=-5\n", r"\[reorg\] extra: expected at least 0, found -5"),
 ])
 def test_reorg_shapes(tmp_path, body, pattern):
     from darknumba import parse_network_cfg

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from .errors import CfgError
 
 _MISSING = object()
+C_INT_MAX = 2 ** 31 - 1
 
 
 @dataclass
@@ -43,43 +44,67 @@ class Section:
             raise self.error(key, "is required but missing")
         return default
 
-    def find_int(self, key: str, default=_MISSING) -> int:
+    def find_int(self, key: str, default=_MISSING, at_least: int | None = None) -> int:
+        """An integer option (a C int, as atoi reads it); `at_least` bounds it."""
         v = self.find_str(key, default)
         if v is default:
             return default
         try:
-            return int(v)
+            n = int(v)
         except ValueError:
             try:                      # Darknet's atoi("1.0") reads 1; accept integral floats
                 f = float(v)
             except ValueError:
                 f = math.nan
-            if f == int(f) if math.isfinite(f) else False:
-                return int(f)
-            raise self.error(key, f"expected an integer, found {v!r}") from None
+            if not (f == int(f) if math.isfinite(f) else False):
+                raise self.error(key, f"expected an integer, found {v!r}") from None
+            n = int(f)
+        if not -C_INT_MAX - 1 <= n <= C_INT_MAX:
+            raise self.error(key, f"{n} does not fit a C int (Darknet reads it with atoi)")
+        if at_least is not None and n < at_least:
+            raise self.error(key, f"expected at least {at_least}, found {n}")
+        return n
 
-    def find_float(self, key: str, default=_MISSING) -> float:
+    def find_float(self, key: str, default=_MISSING, at_least: float | None = None,
+                   above: float | None = None, below: float | None = None) -> float:
+        """A finite number (NaN and Inf, which atof would read, are refused); `at_least`,
+        `above` and `below` bound it."""
         v = self.find_str(key, default)
         if v is default:
             return default
         try:
-            return float(v)
+            f = float(v)
         except ValueError:
             raise self.error(key, f"expected a number, found {v!r}") from None
+        if not math.isfinite(f):
+            raise self.error(key, f"expected a finite number, found {v!r}")
+        if (at_least is not None and f < at_least) or (above is not None and f <= above) or \
+                (below is not None and f >= below):
+            lo = f"{at_least:g} <= " if at_least is not None else \
+                f"{above:g} < " if above is not None else ""
+            hi = f" < {below:g}" if below is not None else ""
+            raise self.error(key, f"expected {lo}{key}{hi}, found {f:g}")
+        return f
 
-    def find_list(self, key: str, conv=int, default=_MISSING) -> list:
-        """A comma-separated list such as ``layers=-1, 8`` or ``anchors = 10,14,  23,27``."""
+    def find_list(self, key: str, conv=int, default=_MISSING, above: float | None = None) -> list:
+        """A comma-separated list such as ``layers=-1, 8`` or ``anchors = 10,14,  23,27``
+        (numbers finite, integers C ints; every value > `above` when it is given)."""
         v = self.find_str(key, default)
         if v is default:
             return default
         parts = [p for p in v.split(",") if p != ""]
         out = []
+        kind = "integers" if conv is int else "finite numbers"
         for p in parts:
             try:
-                out.append(conv(p))
+                x = conv(p)
             except ValueError:
-                kind = "integers" if conv is int else "numbers"
                 raise self.error(key, f"expected a list of {kind}, found {v!r}") from None
+            if not (-C_INT_MAX - 1 <= x <= C_INT_MAX if conv is int else math.isfinite(x)):
+                raise self.error(key, f"expected a list of {kind}, found {p!r} in {v!r}")
+            if above is not None and not x > above:
+                raise self.error(key, f"expected values > {above:g}, found {p!r} in {v!r}")
+            out.append(x)
         return out
 
     def unused(self) -> list[str]:

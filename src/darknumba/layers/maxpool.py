@@ -27,12 +27,10 @@ class MaxpoolLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        stride = s.find_int("stride", 1)
-        size = s.find_int("size", stride)
-        padding = s.find_int("padding", size - 1)
+        stride = s.find_int("stride", 1, at_least=1)
+        size = s.find_int("size", stride, at_least=1)
+        padding = s.find_int("padding", size - 1, at_least=0)
         require_image_input(s, params)
-        if size < 1 or stride < 1:
-            raise s.error("size" if size < 1 else "stride", "must be at least 1")
         return cls(params.batch, params.h, params.w, params.c, size, stride, padding)
 
     def resize(self, w, h):

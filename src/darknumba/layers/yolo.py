@@ -44,11 +44,11 @@ class YoloLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        classes = s.find_int("classes", 20)
-        total = s.find_int("num", 1)
+        classes = s.find_int("classes", 20, at_least=1)
+        total = s.find_int("num", 1, at_least=1)
         mask = s.find_list("mask", int, None)
         n = len(mask) if mask else total
-        anchors = s.find_list("anchors", float, None)
+        anchors = s.find_list("anchors", float, None, above=0)
         if mask and any(m < 0 or m >= total for m in mask):
             raise s.error("mask", f"mask {mask} names anchors outside 0..{total - 1} (num={total})")
         if anchors is not None and len(anchors) < 2 * total:
@@ -59,8 +59,8 @@ class YoloLayer(Layer):
                                 f"(classes+5)*len(mask) = ({classes}+5)*{n} = {expected} are needed")
         l = cls(params.batch, params.w, params.h, n, total, mask, classes,
                 anchors[:2 * total] if anchors else None)
-        l.max_boxes = s.find_int("max", 90)
-        l.jitter = s.find_float("jitter", 0.2)
+        l.max_boxes = s.find_int("max", 90, at_least=0)
+        l.jitter = s.find_float("jitter", 0.2, at_least=0)
         l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
         l.truth_thresh = s.find_float("truth_thresh", 1.0)
         l.random = s.find_int("random", 0)
