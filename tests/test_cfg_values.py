@@ -46,7 +46,7 @@ def net_with(line):
     ("adam=1\nB2=0.99999999", "B2", "0.99999999 rounds to 1 in float32"),
     ("adam=1\neps=0", "eps", "expected 0 < eps, found 0"),
     ("adam=1\neps=1e-60", "eps", "1e-60 rounds to 0 in float32"),
-    ("batch=99999999999", "batch", "99999999999 does not fit a C int"),
+    ("max_batches=99999999999", "max_batches", "99999999999 does not fit a C int"),
 ])
 def test_net_numbers(tmp_path, line, key, expected):
     n = NET.count("\n") + 1 + line.count("\n")

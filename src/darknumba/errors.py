@@ -15,3 +15,8 @@ class WeightsError(DarknumbaError):
 
 class DataError(DarknumbaError):
     """An image, label or .data file that cannot be used."""
+
+
+class CfgWarning(UserWarning):
+    """A cfg Darknet reads differently from what it says: a key nothing reads (Darknet prints
+    `Unused field`), a key given twice."""

@@ -7,17 +7,13 @@ import warnings
 import numpy as np
 
 from .cfg import Section, read_cfg
-from .errors import CfgError
+from .errors import CfgError, CfgWarning
 from .layers import LAYER_TYPES
 from .layers import memory
 from .layers.base import SizeParams, darknet_random_init
 from .network import POLICIES, Network
 
 COMPAT_MODES = (None, "darknet-cpu")
-
-
-class CfgWarning(UserWarning):
-    """A cfg key that nothing reads (Darknet prints `Unused field`)."""
 
 
 def _warn_unused(s: Section):
