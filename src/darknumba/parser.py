@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 
 from .cfg import Section, read_cfg
-from .errors import CfgError, CfgWarning
+from .errors import CfgError, CfgWarning, WeightsWarning
 from .layers import LAYER_TYPES
 from .layers import memory
 from .layers.base import SizeParams, darknet_random_init
@@ -178,11 +178,16 @@ def load_network(cfg, weights=None, batch: int | None = None, compat: str | None
                  clear: bool = False) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
-    batch/subdivisions."""
-    from .weights import load_weights
+    batch/subdivisions. Weights holding NaN or Inf give one WeightsWarning naming the layers."""
+    from .weights import describe_nonfinite, load_weights, nonfinite_layers
     net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0)
     if weights is not None:
         load_weights(net, weights)
+        bad = nonfinite_layers(net)
+        if bad:
+            warnings.warn(WeightsWarning(f"{os.fspath(weights)}: NaN or Inf weights in "
+                                         f"{describe_nonfinite(bad)}: outputs will be NaN "
+                                         f"(saved by a diverged run?)"), stacklevel=2)
     if clear:
         net.seen = 0
     return net
