@@ -233,6 +233,28 @@ def test_a_file_cut_after_a_layer_needs_a_partial_load(tmp_path):
         dn.load_weights(fresh, p, partial=True)
 
 
+def test_resuming_from_a_truncated_checkpoint_is_refused(tmp_path):
+    """A checkpoint (seen > 0) holding fewer layers than the cfg is a file cut short, unless
+    the caller asks for a partial start; a file from `partial` (seen 0) loads as it is."""
+    from darknumba.train import load_partial_weights
+    net = _small(tmp_path)
+    ckpt = tmp_path / "t.backup"
+    dn.save_weights(net, ckpt, cutoff=1)                 # seen = 1234
+    with pytest.raises(WeightsError, match=r"holds 1 of 2 layers .* has seen 1234 images.* "
+                                           r"checkpoint cut short\?"):
+        load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), ckpt,
+                             allow_partial=False)
+    assert load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), ckpt) == 1
+    net.seen = 0
+    cut = tmp_path / "t.conv.1"
+    dn.save_weights(net, cut, cutoff=1)
+    assert load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), cut,
+                                allow_partial=False) == 1
+    dn.save_weights(net, ckpt)
+    assert load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), ckpt,
+                                allow_partial=False) == 2
+
+
 def test_nonfinite_weights_are_named_once(tmp_path):
     import warnings
     from darknumba.errors import WeightsWarning
