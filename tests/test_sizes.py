@@ -122,3 +122,13 @@ def test_layers_made_directly_are_held_to_the_layer_limit():
         ConvolutionalLayer(1, 8, 8, 3, 100000, 1, 100, 1, 0, "linear")
     with pytest.raises(memory.SizeError, match="a negative size"):
         memory.zeros(-3, "a test buffer")
+
+
+def test_maxpool_indexes_stay_within_int32(tmp_path, monkeypatch):
+    """Above 2^31 input values (possible with a raised limit) the int32 indexes would wrap
+    negative, and backward would write before the delta buffer."""
+    monkeypatch.setenv("DARKNUMBA_MAX_GIB", "1000")
+    with pytest.raises(CfgError, match=r"s\.cfg:6: \[maxpool\]: layer 0: the winners' indexes "
+                                       r"are int32"):
+        build(tmp_path, "[net]\nbatch=2\nwidth=32768\nheight=32768\nchannels=1\n"
+                        "[maxpool]\nsize=2\nstride=2\n")

@@ -5,7 +5,9 @@ import numpy as np
 from ..kernels.pool import (MAXPOOL2_MAX_W, backward_maxpool_cpu, forward_maxpool2_cpu,
                             forward_maxpool_cpu)
 from .base import Layer, require_image_input
-from .memory import zeros
+from .memory import SizeError, zeros
+
+INT32_MAX = 2 ** 31 - 1
 
 
 class MaxpoolLayer(Layer):
@@ -22,6 +24,10 @@ class MaxpoolLayer(Layer):
         self.out_c = self.c
         self.inputs = self.h * self.w * self.c
         self.outputs = self.out_h * self.out_w * self.out_c
+        if self.batch * self.inputs > INT32_MAX:
+            raise SizeError(f"the winners' indexes are int32 (as Darknet's ints): a {self.w} x "
+                            f"{self.h} x {self.c} input at batch {self.batch} has more values "
+                            f"than they can index")
         self._alloc_io()
         self.indexes = zeros(self.batch * self.outputs, "indexes", np.int32)
 
