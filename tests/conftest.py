@@ -47,3 +47,23 @@ def max_rel(a, b) -> tuple[float, float]:
     d = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(b) else 0.0
     scale = float(np.max(np.abs(b))) if np.size(b) else 1.0
     return d, d / (scale if scale > 0 else 1.0)
+
+
+# -- guard cells: a kernel's output as a view into a larger buffer whose ends hold a sentinel,
+#    which a write past the end of the view changes (numba checks no bounds by default)
+SENTINEL = np.float32(-7.25)
+GUARD = 64
+
+
+def guarded(shape, dtype=np.float32, fill=0):
+    """(view, big): a zero-filled array of `shape` inside a buffer with GUARD sentinel rows
+    on either side."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    big = np.full((shape[0] + 2 * GUARD,) + shape[1:], SENTINEL, dtype)
+    view = big[GUARD:GUARD + shape[0]]
+    view[...] = fill
+    return view, big
+
+
+def guards_intact(big):
+    return bool(np.all(big[:GUARD] == SENTINEL) and np.all(big[-GUARD:] == SENTINEL))
