@@ -5,6 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from darknumba.parity.tensordiff import named_rows
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("DARKNUMBA_GOLDEN", ROOT.parent / "shared" / "golden"))
 DATA = Path(os.environ.get("DARKNUMBA_DATA", ROOT.parent / "shared" / "data"))
@@ -33,8 +35,19 @@ def tiny_weights() -> Path:
     return TINY_WEIGHTS
 
 
-def max_rel(a, b) -> tuple[float, float]:
-    """(max |a-b|, max |a-b| / max |b|)"""
-    d = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(b) else 0.0
-    scale = float(np.max(np.abs(b))) if np.size(b) else 1.0
-    return d, d / (scale if scale > 0 else 1.0)
+def weights_rows(net, ours: bytes, ref: bytes, tol: float):
+    """Two .weights files (their bytes) compared record by record in `net`'s layout, as
+    tensordiff rows named "L###_<record>"; the header (version, seen) and the sizes must be
+    identical."""
+    assert len(ours) == len(ref), f".weights sizes differ: {len(ours)} and {len(ref)} bytes"
+    assert ours[:20] == ref[:20], "header (version, seen) differs"
+    a, b = np.frombuffer(ours[20:], "<f4"), np.frombuffer(ref[20:], "<f4")
+    mine, theirs = {}, {}
+    off = 0
+    for i, l in enumerate(net.layers):
+        for name, arr in l.weight_records():
+            mine[f"L{i:03d}_{name}"] = a[off:off + arr.size]
+            theirs[f"L{i:03d}_{name}"] = b[off:off + arr.size]
+            off += arr.size
+    assert off == a.size, f"the network's records hold {off} floats, the file {a.size}"
+    return named_rows(mine, theirs, tol=tol)
