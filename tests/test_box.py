@@ -4,6 +4,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import naive
 import numpy as np
 import pytest
 from conftest import ROOT, golden_dir
@@ -168,29 +169,6 @@ def test_dog_chain_matches_darknet():
             (rd["left"], rd["top"], rd["right"], rd["bot"])
 
 
-def naive_nms_sort(bbox, obj, prob, thresh):
-    """do_nms_sort written plainly (Python's sort is stable, like glibc's merge sort)."""
-    prob = prob.copy()
-    order = list(range(len(obj)))
-    k, i = len(order) - 1, 0
-    while i <= k:
-        if obj[order[i]] == 0:
-            order[i], order[k] = order[k], order[i]
-            k -= 1
-        else:
-            i += 1
-    total = k + 1
-    for c in range(prob.shape[1]):
-        order[:total] = sorted(order[:total], key=lambda j: -prob[j, c])
-        for i in range(total):
-            if prob[order[i], c] == 0:
-                continue
-            for j in range(i + 1, total):
-                if iou(bbox[order[i]], bbox[order[j]]) > thresh:
-                    prob[order[j], c] = 0
-    return order, prob
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_nms_matches_naive(seed):
     rng = np.random.default_rng(seed)
@@ -199,7 +177,7 @@ def test_nms_matches_naive(seed):
     keep = rng.uniform(size=(n, classes)) > .4
     prob = (rng.integers(0, 6, (n, classes)) / 5 * keep).astype(f32)
     obj = np.where(rng.uniform(size=n) > .2, prob.max(1) + .01, 0).astype(f32)
-    order, want = naive_nms_sort(bbox, obj, prob, .3)
+    order, want = naive.nms_sort(bbox, obj, prob, .3)
     got = do_nms_sort(Detections(bbox.copy(), obj.copy(), prob.copy()), .3)
     np.testing.assert_array_equal(got.bbox, bbox[order])
     np.testing.assert_array_equal(got.prob, want[order])

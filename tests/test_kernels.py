@@ -1,5 +1,5 @@
-"""Kernels against slow, independent numpy references on odd shapes."""
-
+"""Kernels against slow, independent numpy references (tests/naive) on odd shapes."""
+import naive
 import numpy as np
 import pytest
 
@@ -18,28 +18,48 @@ def rand(*shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
-def naive_im2col(im, c, h, w, k, stride, pad):
-    oh = (h + 2 * pad - k) // stride + 1
-    ow = (w + 2 * pad - k) // stride + 1
-    padded = np.zeros((c, h + 2 * pad, w + 2 * pad), np.float32)
-    padded[:, pad:pad + h, pad:pad + w] = im.reshape(c, h, w)
-    col = np.zeros((c, k, k, oh, ow), np.float32)
-    for ky in range(k):
-        for kx in range(k):
-            col[:, ky, kx] = padded[:, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
-    return col.reshape(c * k * k, oh * ow)
+# every size 1/3/5 x stride 1/2/3 x pad 0/1/2 x channels 1/3 on a non-square 7x5 image (the
+# stride-1 "same-width" ones, 2 pad = size - 1, take the shifted-run path), and rows long enough
+# for the vectorised copies (>= 64 outputs)
+IM2COL_SHAPES = [(c, 7, 5, k, s, p) for c in (1, 3) for k in (1, 3, 5) for s in (1, 2, 3)
+                 for p in (0, 1, 2)] + [(2, 3, 70, 3, 1, 1), (1, 4, 150, 3, 2, 1),
+                                        (2, 5, 66, 5, 1, 2), (3, 2, 200, 1, 3, 0)]
 
 
-@pytest.mark.parametrize("c,h,w,k,stride,pad", [
-    (1, 5, 5, 1, 1, 0), (3, 7, 5, 3, 1, 1), (2, 8, 9, 3, 2, 1), (4, 6, 6, 3, 2, 0),
-    (3, 5, 7, 1, 2, 0), (2, 9, 4, 5, 1, 2), (1, 4, 4, 2, 2, 0), (2, 3, 70, 3, 1, 1),
-    (1, 4, 150, 3, 2, 1)])
-def test_im2col_matches_numpy(c, h, w, k, stride, pad):
-    im = rand(c * h * w)
-    ref = naive_im2col(im, c, h, w, k, stride, pad)
-    col = np.full(ref.size, np.nan, np.float32)
-    im2col_cpu(im, c, h, w, k, stride, pad, col)
-    np.testing.assert_array_equal(col.reshape(ref.shape), ref)
+@pytest.mark.parametrize("c,h,w,k,stride,pad", IM2COL_SHAPES)
+def test_im2col_and_col2im_match_darknets_loops(c, h, w, k, stride, pad):
+    """im2col_cpu / col2im_cpu and their batch forms (two images side by side) against the
+    literal ports of Darknet's loops (naive.im2col_cpu / col2im_cpu), bit for bit: col2im adds
+    each pixel's entries in the same order (kernel tap by tap) into what data_im holds."""
+    rng = np.random.default_rng(k * 100 + stride * 10 + pad + c * 1000 + w)
+    b, chw = 2, c * h * w
+    n, K = naive.out_size(h, k, stride, pad) * naive.out_size(w, k, stride, pad), c * k * k
+    x = rng.standard_normal(b * chw).astype(np.float32)
+    y = rng.standard_normal(K * b * n).astype(np.float32)
+    y_img = [np.ascontiguousarray(y.reshape(K, b, n)[:, i]).ravel() for i in range(b)]
+    want_col, want_back = [], []
+    for i in range(b):
+        col = np.full(K * n, np.nan, np.float32)
+        naive.im2col_cpu(x[i * chw:(i + 1) * chw], c, h, w, k, stride, pad, col)
+        back = np.ones(chw, np.float32)                      # col2im adds into what is there
+        naive.col2im_cpu(y_img[i], c, h, w, k, stride, pad, back)
+        want_col.append(col)
+        want_back.append(back)
+
+    col = np.full(K * n, np.nan, np.float32)
+    im2col_cpu(x[:chw], c, h, w, k, stride, pad, col)
+    np.testing.assert_array_equal(col, want_col[0])
+    back = np.ones(chw, np.float32)
+    col2im_cpu(y_img[0], c, h, w, k, stride, pad, back)
+    np.testing.assert_array_equal(back, want_back[0])
+
+    col = np.full(K * b * n, np.nan, np.float32)
+    im2col_batch_cpu(x, b, c, h, w, k, stride, pad, col)
+    back = np.ones(b * chw, np.float32)
+    col2im_batch_cpu(y, b, c, h, w, k, stride, pad, back)
+    for i in range(b):
+        np.testing.assert_array_equal(col.reshape(K, b, n)[:, i].ravel(), want_col[i])
+        np.testing.assert_array_equal(back[i * chw:(i + 1) * chw], want_back[i])
 
 
 @pytest.mark.parametrize("c,h,w,k,stride,pad", [(3, 7, 5, 3, 1, 1), (2, 8, 9, 3, 2, 1), (2, 9, 4, 5, 1, 2),
@@ -79,38 +99,13 @@ def test_gemm_reference_and_fast_path_agree_with_numpy(ta, tb, beta):
     np.testing.assert_allclose(c3.reshape(M, N), ref1, rtol=1e-5, atol=1e-5)
 
 
-def naive_maxpool(x, b, c, h, w, size, stride, pad):
-    oh = (h + pad - size) // stride + 1
-    ow = (w + pad - size) // stride + 1
-    x = x.reshape(b, c, h, w)
-    out = np.empty((b, c, oh, ow), np.float32)
-    idx = np.empty((b, c, oh, ow), np.int64)
-    off = -(pad // 2)
-    for i in range(oh):
-        for j in range(ow):
-            best = np.full((b, c), np.finfo(np.float32).min, np.float32)   # -FLT_MAX, as C
-            bi = np.full((b, c), -1)
-            for n in range(size):
-                for m in range(size):
-                    y0, x0 = off + i * stride + n, off + j * stride + m
-                    if 0 <= y0 < h and 0 <= x0 < w:
-                        v = x[:, :, y0, x0]
-                        better = v > best
-                        best = np.where(better, v, best)
-                        flat = ((np.arange(b)[:, None] * c + np.arange(c)[None]) * h + y0) * w + x0
-                        bi = np.where(better, flat, bi)
-            out[:, :, i, j] = best
-            idx[:, :, i, j] = bi
-    return out.ravel(), idx.ravel()
-
-
 @pytest.mark.parametrize("size,stride,pad,h,w", [(2, 2, 1, 8, 8), (2, 1, 1, 5, 5), (3, 2, 2, 7, 6),
                                                  (5, 1, 4, 6, 6), (3, 1, 2, 4, 4), (2, 2, 1, 7, 7)])
 def test_maxpool_matches_numpy(size, stride, pad, h, w):
     b, c = 2, 3
     x = rand(b * c * h * w)
     x[5] = x[6]                                 # a tie: the first in scan order wins
-    ref, ref_idx = naive_maxpool(x, b, c, h, w, size, stride, pad)
+    ref, ref_idx = naive.maxpool_forward(x, b, c, h, w, size, stride, pad)
     out = np.zeros(ref.size, np.float32)
     idx = np.zeros(ref.size, np.int32)
     oh = (h + pad - size) // stride + 1
@@ -130,7 +125,7 @@ def test_size2_maxpool_matches_numpy(stride, pad, h, w):
     """The small-map size-2 kernel: values, winners' indexes and ties as the naive scan."""
     b, c = 2, 3
     x = rng.integers(0, 3, b * c * h * w).astype(np.float32)       # many ties
-    ref, ref_idx = naive_maxpool(x, b, c, h, w, 2, stride, pad)
+    ref, ref_idx = naive.maxpool_forward(x, b, c, h, w, 2, stride, pad)
     oh = (h + pad - 2) // stride + 1
     ow = (w + pad - 2) // stride + 1
     out = np.full(ref.size, np.nan, np.float32)
@@ -150,35 +145,17 @@ def test_avgpool_matches_numpy():
     np.testing.assert_allclose(out, x.reshape(6, 35).mean(1), rtol=1e-6, atol=1e-7)
 
 
-NAIVE_ACT = {
-    "logistic": lambda x: 1 / (1 + np.exp(-x)),
-    "relu": lambda x: np.maximum(x, 0),
-    "relie": lambda x: np.where(x > 0, x, 0.01 * x),
-    "linear": lambda x: x,
-    "ramp": lambda x: np.maximum(x, 0) + 0.1 * x,
-    "tanh": np.tanh,
-    "plse": lambda x: np.where(x < -4, 0.01 * (x + 4), np.where(x > 4, 0.01 * (x - 4) + 1, 0.125 * x + 0.5)),
-    "leaky": lambda x: np.where(x > 0, x, 0.1 * x),
-    "elu": lambda x: np.where(x >= 0, x, np.expm1(x)),
-    "loggy": lambda x: 2 / (1 + np.exp(-x)) - 1,
-    "stair": lambda x: np.where(np.floor(x) % 2 == 0, np.floor(x / 2), x - np.floor(x) + np.floor(x / 2)),
-    "hardtan": lambda x: np.clip(x, -1, 1),
-    "lhtan": lambda x: np.where(x < 0, 0.001 * x, np.where(x > 1, 0.001 * (x - 1) + 1, x)),
-    "selu": lambda x: np.where(x >= 0, 1.0507 * x, 1.0507 * 1.6732 * np.expm1(x)),
-}
-
-
 @pytest.mark.parametrize("name", sorted(act.ACTIVATIONS))
 def test_activation_forward_and_gradient(name):
     x = np.concatenate([rand(500) * 5, np.array([0, 1, -1, 4.5, -4.5, 2.5, -2.5], np.float32)])
     y = x.copy()
     act.activate_array(y, y.size, act.ACTIVATIONS[name])
-    np.testing.assert_allclose(y, NAIVE_ACT[name](x.astype(np.float64)), rtol=2e-6, atol=2e-6)
+    np.testing.assert_allclose(y, naive.ACTIVATIONS[name](x.astype(np.float64)), rtol=2e-6, atol=2e-6)
     # gradient on the output against a central difference of the forward, away from kinks
     h = 1e-3
     x64 = x.astype(np.float64)
-    num = (NAIVE_ACT[name](x64 + h) - NAIVE_ACT[name](x64 - h)) / (2 * h)
-    smooth = np.abs(NAIVE_ACT[name](x64 + 2 * h) - 2 * NAIVE_ACT[name](x64) + NAIVE_ACT[name](x64 - 2 * h)) < 1e-6
+    num = (naive.ACTIVATIONS[name](x64 + h) - naive.ACTIVATIONS[name](x64 - h)) / (2 * h)
+    smooth = np.abs(naive.ACTIVATIONS[name](x64 + 2 * h) - 2 * naive.ACTIVATIONS[name](x64) + naive.ACTIVATIONS[name](x64 - 2 * h)) < 1e-6
     if name == "stair":
         smooth &= np.floor(x64 - 2 * h) == np.floor(x64 + 2 * h)
     d = np.ones_like(y)
@@ -252,23 +229,6 @@ def test_softmax_groups_and_temperature():
     np.testing.assert_allclose(out.reshape(b, g, n), e / e.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
 
 
-def naive_conv(x, wts, bias, b, c, h, w, n, k, stride, pad, groups):
-    cg, ng = c // groups, n // groups
-    oh = (h + 2 * pad - k) // stride + 1
-    ow = (w + 2 * pad - k) // stride + 1
-    xp = np.zeros((b, c, h + 2 * pad, w + 2 * pad))
-    xp[:, :, pad:pad + h, pad:pad + w] = x.reshape(b, c, h, w)
-    W = wts.reshape(n, cg, k, k).astype(np.float64)
-    out = np.zeros((b, n, oh, ow))
-    for f in range(n):
-        g = f // ng
-        for ky in range(k):
-            for kx in range(k):
-                patch = xp[:, g * cg:(g + 1) * cg, ky:ky + stride * oh:stride, kx:kx + stride * ow:stride]
-                out[:, f] += np.einsum("bchw,c->bhw", patch, W[f, :, ky, kx])
-    return out + bias[None, :, None, None]
-
-
 @pytest.mark.parametrize("c,n,k,stride,pad,groups,h,w", [
     (3, 4, 3, 1, 1, 1, 7, 6), (4, 6, 3, 2, 1, 2, 9, 8), (5, 2, 1, 1, 0, 1, 5, 5),
     (4, 4, 1, 2, 0, 1, 8, 8), (2, 3, 5, 1, 2, 1, 6, 7), (6, 6, 3, 1, 0, 3, 5, 5)])
@@ -285,29 +245,8 @@ def test_convolutional_layer_forward_matches_direct_convolution(c, n, k, stride,
     net.alloc_workspace()
     x = rand(b * c * h * w)
     net.forward(x)
-    ref = naive_conv(x, l.weights, l.biases, b, c, h, w, n, k, stride, pad, groups)
+    ref = naive.conv_forward(x, l.weights, l.biases, b, c, h, w, n, k, stride, pad, groups)
     np.testing.assert_allclose(l.output.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.parametrize("b,c,h,w,k,stride,pad", [(3, 2, 7, 5, 3, 1, 1), (2, 3, 8, 9, 3, 2, 1),
-                                                  (2, 2, 9, 4, 5, 1, 2), (2, 2, 8, 8, 1, 2, 0),
-                                                  (2, 2, 3, 70, 3, 1, 1), (2, 1, 4, 150, 3, 2, 1)])
-def test_batch_im2col_and_col2im_equal_per_image_ones(b, c, h, w, k, stride, pad):
-    oh = (h + 2 * pad - k) // stride + 1
-    ow = (w + 2 * pad - k) // stride + 1
-    n, K = oh * ow, c * k * k
-    x = rand(b * c * h * w)
-    col = np.zeros(K * b * n, np.float32)
-    im2col_batch_cpu(x, b, c, h, w, k, stride, pad, col)
-    y = rand(K * b * n)
-    back = np.ones(b * c * h * w, np.float32)
-    col2im_batch_cpu(y, b, c, h, w, k, stride, pad, back)
-    for i in range(b):
-        img = slice(i * c * h * w, (i + 1) * c * h * w)
-        np.testing.assert_array_equal(col.reshape(K, b, n)[:, i], naive_im2col(x[img], c, h, w, k, stride, pad))
-        ref = np.ones(c * h * w, np.float32)
-        col2im_cpu(np.ascontiguousarray(y.reshape(K, b, n)[:, i]).ravel(), c, h, w, k, stride, pad, ref)
-        np.testing.assert_allclose(back[img], ref, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("train", [True, False])

@@ -4,6 +4,7 @@ Darknet's formula, weights round trips. Their backward against finite difference
 test_gradcheck.py (one checker for every layer)."""
 from types import SimpleNamespace
 
+import naive
 import numpy as np
 import pytest
 
@@ -55,10 +56,6 @@ def backward_with(l, x, g, train=True):
     return net.delta.copy()
 
 
-def sigmoid(v):
-    return 1 / (1 + np.exp(-v.astype(np.float64)))
-
-
 # -- activation, logistic, l2norm ------------------------------------------------------------
 
 def test_activation_forward_backward():
@@ -85,7 +82,7 @@ def test_logistic_cross_entropy():
     x = rand(3, 4, lo=-3, hi=3)
     t = (RNG.uniform(size=(3, 4)) > 0.5).astype(np.float32)
     net, y = forward(l, x, truth=t.ravel())
-    p = sigmoid(x).ravel()
+    p = naive.sigmoid(x).ravel()
     np.testing.assert_allclose(y, p, rtol=1e-6)
     np.testing.assert_allclose(l.delta, t.ravel() - p, atol=1e-6)
     ce = -(t.ravel() * np.log(p) + (1 - t.ravel()) * np.log(1 - p)).sum()
@@ -107,27 +104,10 @@ def test_l2norm_forward_and_passthrough_backward():
 
 # -- normalization (LRN) ---------------------------------------------------------------------
 
-def lrn_ref(x, size, alpha, beta, kappa):
-    """Darknet's norms: the first window covers channels q < size/2 (one short of the textbook
-    q <= size/2), then each step subtracts channel k-(size-1)/2-1 and adds channel k+size/2."""
-    b, c, h, w = x.shape
-    sq = x.astype(np.float64) ** 2
-    norms = np.empty_like(sq)
-    n = kappa + alpha * sq[:, :size // 2].sum(axis=1)
-    for k in range(c):
-        if k > 0:
-            if k - (size - 1) // 2 - 1 >= 0:
-                n = n - alpha * sq[:, k - (size - 1) // 2 - 1]
-            if k + size // 2 < c:
-                n = n + alpha * sq[:, k + size // 2]
-        norms[:, k] = n
-    return x * norms ** -beta, norms
-
-
 def test_lrn_window_quirk():
     """Past the first `size` channels the window is the textbook one minus channel size/2."""
     x = rand(1, 9, 1, 1)
-    _, norms = lrn_ref(x, 3, 1.0, 0.75, 1.0)
+    _, norms = naive.lrn_forward(x, 3, 1.0, 0.75, 1.0)
     sq = x.ravel().astype(np.float64) ** 2
     assert norms.ravel()[5] == pytest.approx(1 + sq[4:7].sum() - sq[1])
 
@@ -137,7 +117,7 @@ def test_normalization_forward_and_darknet_backward(size):
     l = build(f"[lrn]\nsize={size}\nalpha=0.5\nbeta=0.75\nkappa=2\n", 2, 3, 2, 6)
     x = rand(2, 6, 3, 2, lo=-2, hi=2)
     _, y = forward(l, x)
-    ref, norms = lrn_ref(x, size, 0.5, 0.75, 2.0)
+    ref, norms = naive.lrn_forward(x, size, 0.5, 0.75, 2.0)
     np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5)
     g = rand(l.output.size)
     # Darknet's approximate backward: delta * norms^-beta (cross-channel terms dropped)
@@ -178,24 +158,6 @@ def test_batchnorm_train_and_test_forward_backward_and_update():
 
 # -- reorg -----------------------------------------------------------------------------------
 
-def reorg_ref(x, stride, forward_flag):
-    """Darknet's reorg_cpu index formula, written with numpy indices."""
-    b, c, h, w = x.shape
-    out_c = c // (stride * stride)
-    k, j, i = np.meshgrid(np.arange(c), np.arange(h), np.arange(w), indexing="ij")
-    c2, off = k % out_c, k // out_c
-    w2, h2 = i * stride + off % stride, j * stride + off // stride
-    out = np.zeros(x.size, np.float32)
-    for bb in range(b):
-        in_idx = (i + w * (j + h * (k + c * bb))).ravel()
-        out_idx = (w2 + w * stride * (h2 + h * stride * (c2 + out_c * bb))).ravel()
-        if forward_flag:
-            out[out_idx] = x.ravel()[in_idx]
-        else:
-            out[in_idx] = x.ravel()[out_idx]
-    return out
-
-
 @pytest.mark.parametrize("reverse", [0, 1])
 def test_reorg_permutation_and_adjoint(reverse):
     if reverse:
@@ -205,7 +167,7 @@ def test_reorg_permutation_and_adjoint(reverse):
         l = build("[reorg]\nstride=2\n", 2, 4, 6, 4)
         x = rand(2, 4, 4, 6)
     _, y = forward(l, x)
-    np.testing.assert_array_equal(y, reorg_ref(x, 2, 1 if reverse else 0))
+    np.testing.assert_array_equal(y, naive.reorg(x, 2, 1 if reverse else 0))
     assert sorted(y) == sorted(x.ravel())
     g = rand(l.output.size)
     dx = backward_with(l, x, g)
@@ -244,20 +206,6 @@ def test_crop_test_mode_centre_and_train_flip():
 
 # -- local -----------------------------------------------------------------------------------
 
-def local_ref(x, W, B, n, size, stride, pad):
-    b, c, h, w = x.shape
-    oh = ((h - 1) if pad else (h - size)) // stride + 1
-    ow = ((w - 1) if pad else (w - size)) // stride + 1
-    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    W = W.reshape(oh * ow, n, c, size, size)
-    out = np.zeros((b, n, oh, ow))
-    for y in range(oh):
-        for xx in range(ow):
-            patch = xp[:, :, y * stride:y * stride + size, xx * stride:xx * stride + size]
-            out[:, :, y, xx] = np.einsum("bcij,ncij->bn", patch, W[y * ow + xx])
-    return out + B.reshape(1, n, oh, ow)
-
-
 @pytest.mark.parametrize("size,stride,pad", [(3, 1, 1), (3, 2, 0), (1, 1, 0), (2, 2, 0)])
 def test_local_forward_backward(size, stride, pad):
     l = build(f"[local]\nfilters=3\nsize={size}\nstride={stride}\npad={pad}\nactivation=linear\n",
@@ -266,7 +214,7 @@ def test_local_forward_backward(size, stride, pad):
     l.biases[:] = rand(l.outputs)
     x = rand(2, 2, 5, 4)
     _, y = forward(l, x)
-    ref = local_ref(x, l.weights, l.biases, 3, size, stride, pad)
+    ref = naive.local_forward(x, l.weights, l.biases, 3, size, stride, pad)
     np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5, atol=1e-5)
 
 
@@ -290,18 +238,6 @@ def test_local_weights_round_trip(tmp_path):
 
 # -- deconvolutional -------------------------------------------------------------------------
 
-def deconv_ref(x, W, B, n, size, stride, pad):
-    b, c, h, w = x.shape
-    oh, ow = (h - 1) * stride + size - 2 * pad, (w - 1) * stride + size - 2 * pad
-    full = np.zeros((b, n, (h - 1) * stride + size, (w - 1) * stride + size))
-    W = W.reshape(c, n, size, size).astype(np.float64)
-    for y in range(h):
-        for xx in range(w):
-            full[:, :, y * stride:y * stride + size, xx * stride:xx * stride + size] += \
-                np.einsum("bc,cnij->bnij", x[:, :, y, xx], W)
-    return full[:, :, pad:pad + oh, pad:pad + ow] + B[None, :, None, None]
-
-
 @pytest.mark.parametrize("size,stride,pad", [(2, 2, 0), (3, 1, 1), (4, 2, 1), (3, 2, 0)])
 def test_deconvolutional_forward_backward(size, stride, pad):
     l = build(f"[deconvolutional]\nfilters=3\nsize={size}\nstride={stride}\npadding={pad}\n"
@@ -310,7 +246,7 @@ def test_deconvolutional_forward_backward(size, stride, pad):
     l.biases[:] = rand(3)
     x = rand(2, 2, 3, 4)
     _, y = forward(l, x)
-    np.testing.assert_allclose(y, deconv_ref(x, l.weights, l.biases, 3, size, stride, pad).ravel(),
+    np.testing.assert_allclose(y, naive.deconv_forward(x, l.weights, l.biases, 3, size, stride, pad).ravel(),
                                rtol=1e-5, atol=1e-5)
 
 
@@ -358,7 +294,7 @@ def test_lstm_matches_numpy_and_carries_state():
     h, c = np.zeros((batch, outputs)), np.zeros((batch, outputs))
     for t in range(steps):
         pre = {g: h @ W["w" + g].T + B["w" + g] + x[t] @ W["u" + g].T + B["u" + g] for g in "figo"}
-        f, i, o = sigmoid(pre["f"]), sigmoid(pre["i"]), sigmoid(pre["o"])
+        f, i, o = naive.sigmoid(pre["f"]), naive.sigmoid(pre["i"]), naive.sigmoid(pre["o"])
         c = f * c + i * np.tanh(pre["g"])
         h = o * np.tanh(c)
         np.testing.assert_allclose(y.reshape(steps, batch, outputs)[t], h, rtol=1e-4, atol=1e-5)
@@ -397,53 +333,6 @@ def test_gru_weights_round_trip(tmp_path):
 
 # -- region (YOLOv2) -------------------------------------------------------------------------
 
-def region_ref_deltas(out, truth, anchors, n, w, h, classes, thresh, seen, scales, rescore=0):
-    """An independent float64 reading of forward_region_layer's training branch (no tree,
-    softmax classes, coords=4)."""
-    cs, os_, ns, cls_s = scales
-    out = out.astype(np.float64).reshape(-1, n, 5 + classes, h, w)
-    delta = np.zeros_like(out)
-
-    def pbox(b, a, j, i):
-        o = out[b, a, :, j, i]
-        return np.array([(i + o[0]) / w, (j + o[1]) / h, np.exp(o[2]) * anchors[2 * a] / w,
-                         np.exp(o[3]) * anchors[2 * a + 1] / h])
-
-    def iou(p, q):
-        ix = min(p[0] + p[2] / 2, q[0] + q[2] / 2) - max(p[0] - p[2] / 2, q[0] - q[2] / 2)
-        iy = min(p[1] + p[3] / 2, q[1] + q[3] / 2) - max(p[1] - p[3] / 2, q[1] - q[3] / 2)
-        inter = 0 if ix < 0 or iy < 0 else ix * iy
-        return inter / (p[2] * p[3] + q[2] * q[3] - inter)
-
-    def box_delta(b, a, j, i, t, s):
-        o = out[b, a, :, j, i]
-        tgt = [t[0] * w - i, t[1] * h - j, np.log(t[2] * w / anchors[2 * a]),
-               np.log(t[3] * h / anchors[2 * a + 1])]
-        delta[b, a, :4, j, i] = s * (np.array(tgt) - o[:4])
-        return iou(pbox(b, a, j, i), t)
-
-    for b in range(out.shape[0]):
-        boxes = [t for t in truth[b].reshape(30, 5) if t[0] != 0]
-        for j in range(h):
-            for i in range(w):
-                for a in range(n):
-                    best = max([iou(pbox(b, a, j, i), t[:4]) for t in boxes] + [0])
-                    delta[b, a, 4, j, i] = 0 if best > thresh else ns * -out[b, a, 4, j, i]
-                    if seen < 12800:
-                        box_delta(b, a, j, i, [(i + .5) / w, (j + .5) / h, anchors[2 * a] / w,
-                                               anchors[2 * a + 1] / h], 0.01)
-        for t in boxes:
-            i, j = int(t[0] * w), int(t[1] * h)
-            shape_iou = [iou([0, 0, *pbox(b, a, j, i)[2:]], [0, 0, t[2], t[3]]) for a in range(n)]
-            a = int(np.argmax(shape_iou))
-            v = box_delta(b, a, j, i, t[:4], cs * (2 - t[2] * t[3]))
-            o = out[b, a, 4, j, i]
-            delta[b, a, 4, j, i] = os_ * ((v if rescore else 1) - o)
-            onehot = np.eye(classes)[int(t[4])]
-            delta[b, a, 5:, j, i] = cls_s * (onehot - out[b, a, 5:, j, i])
-    return delta.ravel()
-
-
 @pytest.mark.parametrize("seen,rescore", [(0, 0), (20000, 1)])
 def test_region_forward_deltas_and_backward(seen, rescore):
     n, classes, w, h = 3, 4, 5, 4
@@ -459,11 +348,11 @@ def test_region_forward_deltas_and_backward(seen, rescore):
     net, y = forward(l, x, truth=truth.ravel(), seen=seen)
     xr = x.reshape(2, n, 5 + classes, h, w).astype(np.float64)
     ref = xr.copy()
-    ref[:, :, [0, 1, 4]] = sigmoid(xr[:, :, [0, 1, 4]])
+    ref[:, :, [0, 1, 4]] = naive.sigmoid(xr[:, :, [0, 1, 4]])
     e = np.exp(xr[:, :, 5:] - xr[:, :, 5:].max(axis=2, keepdims=True))
     ref[:, :, 5:] = e / e.sum(axis=2, keepdims=True)
     np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5, atol=1e-6)
-    want = region_ref_deltas(y, truth, anchors, n, w, h, classes, 0.6, seen,
+    want = naive.region_deltas(y, truth, anchors, n, w, h, classes, 0.6, seen,
                              (1.5, 5.0, 0.5, 2.0), rescore)
     np.testing.assert_allclose(l.delta, want, rtol=1e-4, atol=1e-5)
     assert l.cost == pytest.approx(float((want ** 2).sum()), rel=1e-4)
@@ -548,7 +437,7 @@ def test_iseg_deltas():
     truth[0, 1:], truth[1, 1:] = m0, m1
     _, y = forward(l, x, truth=truth.ravel())
     y = y.reshape(classes + ids, wh).astype(np.float64)
-    np.testing.assert_allclose(y[:classes], sigmoid(x.reshape(classes + ids, wh)[:classes]),
+    np.testing.assert_allclose(y[:classes], naive.sigmoid(x.reshape(classes + ids, wh)[:classes]),
                                rtol=1e-6)
     want = np.concatenate([-y[:classes], -0.1 * y[classes:]])
     want[1, m0 == 1] = 1 - y[1, m0 == 1]
