@@ -1,5 +1,6 @@
 import json
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +12,13 @@ ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("DARKNUMBA_GOLDEN", ROOT.parent / "shared" / "golden"))
 DATA = Path(os.environ.get("DARKNUMBA_DATA", ROOT.parent / "shared" / "data"))
 TINY_WEIGHTS = Path(os.environ.get("DARKNUMBA_TINY_WEIGHTS", ROOT / "weights" / "yolov3-tiny.weights"))
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded from the test's node id: a test draws the same numbers run alone or
+    in the suite, whatever other tests draw before it."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def golden_dir(name: str) -> Path:

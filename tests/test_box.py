@@ -164,7 +164,8 @@ def test_dog_chain_matches_darknet():
     res = detection_results(out, w, h, ref["thresh"], names)
     printed = (d / "darknet_detect_stdout.txt").read_text().split()
     assert format_lines(res) == [" ".join(printed[i:i + 2]) for i in range(0, len(printed), 2)]
-    for r, rd in zip([r for r in res if r["class_id"] == r["label_class"]], ref["detections"]):
+    labelled = [r for r in res if r["class_id"] == r["label_class"]]
+    for r, rd in zip(labelled, ref["detections"], strict=True):
         assert (r["left"], r["top"], r["right"], r["bottom"]) == \
             (rd["left"], rd["top"], rd["right"], rd["bot"])
 
@@ -197,7 +198,7 @@ def test_batch_decodes_each_image_on_its_own():
     ims = [load_image_color(DATA / "dog.jpg")[:, :400, :500], load_image_color(DATA / "dog.jpg")]
     two = detect(dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", w, batch=2), ims)
     one = dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", w, batch=1)
-    for im, d2 in zip(ims, two):
+    for im, d2 in zip(ims, two, strict=True):
         d1 = detect(one, [im])[0]
         np.testing.assert_allclose(d2.bbox, d1.bbox, atol=1e-5)
         np.testing.assert_allclose(d2.prob, d1.prob, atol=1e-5)

@@ -8,7 +8,6 @@ import pytest
 from darknumba.kernels.direct import (conv3x3_direct_cpu, conv3x3_direct_weight_grad_cpu,
                                       flip_weights)
 
-rng = np.random.default_rng(11)
 EMPTY = np.empty(0, np.float32)
 NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0, EMPTY, EMPTY)          # raw sums only
 
@@ -21,7 +20,7 @@ SHAPES = [(2, 3, 7, 5, 4, 1), (1, 5, 6, 9, 7, 1), (3, 2, 5, 4, 9, 0), (2, 1, 3, 
 
 
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
-def test_direct_forward_matches_float64_convolution(b, c, h, w, n, pad):
+def test_direct_forward_matches_float64_convolution(rng, b, c, h, w, n, pad):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     out = np.full(b * n * (h + 2 * pad - 2) * (w + 2 * pad - 2), np.nan, np.float32)
@@ -35,7 +34,7 @@ def test_direct_forward_matches_float64_convolution(b, c, h, w, n, pad):
 
 
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
-def test_direct_gradients_match_naive_backward(b, c, h, w, n, pad):
+def test_direct_gradients_match_naive_backward(rng, b, c, h, w, n, pad):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
@@ -51,7 +50,7 @@ def test_direct_gradients_match_naive_backward(b, c, h, w, n, pad):
     np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-5 * np.abs(dx_ref).max())
 
 
-def test_direct_batch_statistics_equal_a_separate_sweep():
+def test_direct_batch_statistics_equal_a_separate_sweep(rng):
     from darknumba.kernels.fused import mean_variance_cpu
     b, c, h, w, n, pad = 3, 3, 9, 11, 6, 1
     x = (rng.standard_normal(b * c * h * w) + 3).astype(np.float32)     # a mean to subtract
@@ -72,7 +71,7 @@ def test_direct_batch_statistics_equal_a_separate_sweep():
 
 
 @pytest.mark.parametrize("act", [0, 3, 7])      # logistic, linear, leaky
-def test_direct_fused_epilogues_equal_the_separate_sweeps(act):
+def test_direct_fused_epilogues_equal_the_separate_sweeps(rng, act):
     from darknumba.kernels.fused import batchnorm_bias_activate, bias_activate
     b, c, h, w, n, pad = 2, 3, 9, 11, 6, 1
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
@@ -94,7 +93,7 @@ def test_direct_fused_epilogues_equal_the_separate_sweeps(act):
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
 
 
-def test_direct_check_can_fail():
+def test_direct_check_can_fail(rng):
     """A one-tap error is caught by the same comparison."""
     b, c, h, w, n, pad = 1, 2, 5, 6, 4, 1
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
@@ -108,7 +107,7 @@ def test_direct_check_can_fail():
 
 
 @pytest.mark.parametrize("bn", [0, 1])
-def test_layer_direct_path_equals_gemm_path(monkeypatch, tmp_path, bn):
+def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
     """The same network trained one step with the direct kernels and with im2col + GEMM."""
     import darknumba as dn
     from darknumba.layers import convolutional
@@ -131,7 +130,7 @@ def test_layer_direct_path_equals_gemm_path(monkeypatch, tmp_path, bn):
         runs.append((cost, state, net.predict(x).copy()))       # then test mode (rolling stats)
     (cost_d, state_d, pred_d), (cost_g, state_g, pred_g) = runs
     assert cost_d == pytest.approx(cost_g, rel=1e-5)
-    for (out_d, delta_d, w_d), (out_g, delta_g, w_g) in zip(state_d, state_g):
+    for (out_d, delta_d, w_d), (out_g, delta_g, w_g) in zip(state_d, state_g, strict=True):
         np.testing.assert_allclose(out_d, out_g, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(delta_d, delta_g, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(w_d, w_g, rtol=1e-5, atol=1e-7)

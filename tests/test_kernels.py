@@ -11,10 +11,7 @@ from darknumba.kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_
 from darknumba.kernels.pool import forward_avgpool_cpu, forward_maxpool2_cpu, forward_maxpool_cpu
 from darknumba.kernels.softmax import softmax_cpu
 
-rng = np.random.default_rng(7)
-
-
-def rand(*shape):
+def rand(rng, *shape):
     return rng.standard_normal(shape).astype(np.float32)
 
 
@@ -27,11 +24,10 @@ IM2COL_SHAPES = [(c, 7, 5, k, s, p) for c in (1, 3) for k in (1, 3, 5) for s in 
 
 
 @pytest.mark.parametrize("c,h,w,k,stride,pad", IM2COL_SHAPES)
-def test_im2col_and_col2im_match_darknets_loops(c, h, w, k, stride, pad):
+def test_im2col_and_col2im_match_darknets_loops(rng, c, h, w, k, stride, pad):
     """im2col_cpu / col2im_cpu and their batch forms (two images side by side) against the
     literal ports of Darknet's loops (naive.im2col_cpu / col2im_cpu), bit for bit: col2im adds
     each pixel's entries in the same order (kernel tap by tap) into what data_im holds."""
-    rng = np.random.default_rng(k * 100 + stride * 10 + pad + c * 1000 + w)
     b, chw = 2, c * h * w
     n, K = naive.out_size(h, k, stride, pad) * naive.out_size(w, k, stride, pad), c * k * k
     x = rng.standard_normal(b * chw).astype(np.float32)
@@ -64,11 +60,11 @@ def test_im2col_and_col2im_match_darknets_loops(c, h, w, k, stride, pad):
 
 @pytest.mark.parametrize("c,h,w,k,stride,pad", [(3, 7, 5, 3, 1, 1), (2, 8, 9, 3, 2, 1), (2, 9, 4, 5, 1, 2),
                                                 (2, 3, 70, 3, 1, 1), (1, 4, 150, 3, 2, 1)])
-def test_col2im_is_the_adjoint_of_im2col(c, h, w, k, stride, pad):
-    x = rand(c * h * w)
+def test_col2im_is_the_adjoint_of_im2col(rng, c, h, w, k, stride, pad):
+    x = rand(rng, c * h * w)
     oh = (h + 2 * pad - k) // stride + 1
     ow = (w + 2 * pad - k) // stride + 1
-    y = rand(c * k * k * oh * ow)
+    y = rand(rng, c * k * k * oh * ow)
     col = np.zeros_like(y)
     im2col_cpu(x, c, h, w, k, stride, pad, col)
     back = np.ones(c * h * w, np.float32)          # col2im adds into what is there
@@ -80,11 +76,11 @@ def test_col2im_is_the_adjoint_of_im2col(c, h, w, k, stride, pad):
 
 @pytest.mark.parametrize("ta,tb", [(0, 0), (0, 1), (1, 0), (1, 1)])
 @pytest.mark.parametrize("beta", [0.0, 1.0, 0.5])
-def test_gemm_reference_and_fast_path_agree_with_numpy(ta, tb, beta):
+def test_gemm_reference_and_fast_path_agree_with_numpy(rng, ta, tb, beta):
     M, N, K = 7, 5, 11
-    A = rand(K, M) if ta else rand(M, K)
-    B = rand(N, K) if tb else rand(K, N)
-    C0 = rand(M, N)
+    A = rand(rng, K, M) if ta else rand(rng, M, K)
+    B = rand(rng, N, K) if tb else rand(rng, K, N)
+    C0 = rand(rng, M, N)
     ref = 1.5 * ((A.T if ta else A).astype(np.float64) @ (B.T if tb else B)) + beta * C0
     c1 = C0.ravel().copy()
     gemm_cpu(ta, tb, M, N, K, 1.5, A.ravel(), A.shape[1], B.ravel(), B.shape[1], beta, c1, N)
@@ -101,9 +97,9 @@ def test_gemm_reference_and_fast_path_agree_with_numpy(ta, tb, beta):
 
 @pytest.mark.parametrize("size,stride,pad,h,w", [(2, 2, 1, 8, 8), (2, 1, 1, 5, 5), (3, 2, 2, 7, 6),
                                                  (5, 1, 4, 6, 6), (3, 1, 2, 4, 4), (2, 2, 1, 7, 7)])
-def test_maxpool_matches_numpy(size, stride, pad, h, w):
+def test_maxpool_matches_numpy(rng, size, stride, pad, h, w):
     b, c = 2, 3
-    x = rand(b * c * h * w)
+    x = rand(rng, b * c * h * w)
     x[5] = x[6]                                 # a tie: the first in scan order wins
     ref, ref_idx = naive.maxpool_forward(x, b, c, h, w, size, stride, pad)
     out = np.zeros(ref.size, np.float32)
@@ -121,7 +117,7 @@ def test_maxpool_matches_numpy(size, stride, pad, h, w):
 @pytest.mark.parametrize("stride,pad,h,w", [(2, 1, 8, 8), (2, 1, 7, 9), (1, 1, 13, 13),
                                              (1, 0, 6, 5), (2, 0, 5, 6), (2, 3, 7, 7), (1, 1, 1, 1),
                                              (1, 2, 9, 8), (2, 1, 4, 90)])
-def test_size2_maxpool_matches_numpy(stride, pad, h, w):
+def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
     """The small-map size-2 kernel: values, winners' indexes and ties as the naive scan."""
     b, c = 2, 3
     x = rng.integers(0, 3, b * c * h * w).astype(np.float32)       # many ties
@@ -138,16 +134,16 @@ def test_size2_maxpool_matches_numpy(stride, pad, h, w):
     np.testing.assert_array_equal(fast, ref)
 
 
-def test_avgpool_matches_numpy():
-    x = rand(2 * 3 * 5 * 7)
+def test_avgpool_matches_numpy(rng):
+    x = rand(rng, 2 * 3 * 5 * 7)
     out = np.zeros(6, np.float32)
     forward_avgpool_cpu(x, 2, 3, 35, out)
     np.testing.assert_allclose(out, x.reshape(6, 35).mean(1), rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("name", sorted(act.ACTIVATIONS))
-def test_activation_forward_and_gradient(name):
-    x = np.concatenate([rand(500) * 5, np.array([0, 1, -1, 4.5, -4.5, 2.5, -2.5], np.float32)])
+def test_activation_forward_and_gradient(rng, name):
+    x = np.concatenate([rand(rng, 500) * 5, np.array([0, 1, -1, 4.5, -4.5, 2.5, -2.5], np.float32)])
     y = x.copy()
     act.activate_array(y, y.size, act.ACTIVATIONS[name])
     np.testing.assert_allclose(y, naive.ACTIVATIONS[name](x.astype(np.float64)), rtol=2e-6, atol=2e-6)
@@ -169,9 +165,9 @@ def test_activation_forward_and_gradient(name):
         np.testing.assert_allclose(d[smooth], num[smooth], rtol=2e-3, atol=2e-3)
 
 
-def test_batchnorm_primitives_match_numpy():
+def test_batchnorm_primitives_match_numpy(rng):
     b, f, s = 3, 4, 10
-    x = rand(b * f * s) * 3 + 1
+    x = rand(rng, b * f * s) * 3 + 1
     mean = np.zeros(f, np.float32)
     var = np.zeros(f, np.float32)
     mean_cpu(x, b, f, s, mean)
@@ -183,7 +179,7 @@ def test_batchnorm_primitives_match_numpy():
     normalize_cpu(y, mean, var, b, f, s)
     ref = (x.reshape(b, f, s) - mean[None, :, None]) / (np.sqrt(var)[None, :, None] + 1e-6)
     np.testing.assert_allclose(y.reshape(b, f, s), ref, rtol=1e-5, atol=1e-6)
-    scales, biases = rand(f), rand(f)
+    scales, biases = rand(rng, f), rand(rng, f)
     scale_bias(y, scales, b, f, s)
     add_bias(y, biases, b, f, s)
     np.testing.assert_allclose(y.reshape(b, f, s), ref * scales[None, :, None] + biases[None, :, None],
@@ -191,10 +187,10 @@ def test_batchnorm_primitives_match_numpy():
 
 
 @pytest.mark.parametrize("w1,w2,c1,c2", [(4, 4, 3, 3), (8, 4, 3, 5), (4, 8, 5, 3)])
-def test_shortcut_matches_numpy(w1, w2, c1, c2):
+def test_shortcut_matches_numpy(rng, w1, w2, c1, c2):
     b = 2
-    add = rand(b * c1 * w1 * w1)
-    out = rand(b * c2 * w2 * w2)
+    add = rand(rng, b * c1 * w1 * w1)
+    out = rand(rng, b * c2 * w2 * w2)
     ref = out.reshape(b, c2, w2, w2).astype(np.float64).copy()
     a4 = add.reshape(b, c1, w1, w1)
     stride, sample = max(w1 // w2, 1), max(w2 // w1, 1)
@@ -205,23 +201,23 @@ def test_shortcut_matches_numpy(w1, w2, c1, c2):
     np.testing.assert_allclose(out.reshape(ref.shape), ref, rtol=1e-6, atol=1e-6)
 
 
-def test_upsample_and_its_adjoint():
+def test_upsample_and_its_adjoint(rng):
     b, c, h, w, s = 2, 3, 4, 5, 2
-    x = rand(b * c * h * w)
+    x = rand(rng, b * c * h * w)
     out = np.zeros(b * c * h * w * s * s, np.float32)
     upsample_cpu(x, w, h, c, b, s, 1, 1.5, out)
     ref = 1.5 * x.reshape(b, c, h, w).repeat(s, 2).repeat(s, 3)
     np.testing.assert_array_equal(out.reshape(ref.shape), ref.astype(np.float32))
     back = np.zeros_like(x)
-    g = rand(out.size)
+    g = rand(rng, out.size)
     upsample_cpu(back, w, h, c, b, s, 0, 1.5, g)
     refb = 1.5 * g.reshape(b, c, h, s, w, s).sum((3, 5))
     np.testing.assert_allclose(back.reshape(refb.shape), refb, rtol=1e-5, atol=1e-5)
 
 
-def test_softmax_groups_and_temperature():
+def test_softmax_groups_and_temperature(rng):
     b, n, g = 3, 4, 2
-    x = rand(b * n * g) * 4
+    x = rand(rng, b * n * g) * 4
     out = np.zeros_like(x)
     softmax_cpu(x, n, b, n * g, g, n, 1, 2.0, out)
     z = x.reshape(b, g, n).astype(np.float64) / 2.0
@@ -232,38 +228,38 @@ def test_softmax_groups_and_temperature():
 @pytest.mark.parametrize("c,n,k,stride,pad,groups,h,w", [
     (3, 4, 3, 1, 1, 1, 7, 6), (4, 6, 3, 2, 1, 2, 9, 8), (5, 2, 1, 1, 0, 1, 5, 5),
     (4, 4, 1, 2, 0, 1, 8, 8), (2, 3, 5, 1, 2, 1, 6, 7), (6, 6, 3, 1, 0, 3, 5, 5)])
-def test_convolutional_layer_forward_matches_direct_convolution(c, n, k, stride, pad, groups, h, w):
+def test_convolutional_layer_forward_matches_direct_convolution(rng, c, n, k, stride, pad, groups, h, w):
     from darknumba.layers.convolutional import ConvolutionalLayer
     from darknumba.network import Network
     b = 2
     l = ConvolutionalLayer(b, h, w, c, n, groups, k, stride, pad, "linear")
-    l.weights[:] = rand(l.nweights)
-    l.biases[:] = rand(n)
+    l.weights[:] = rand(rng, l.nweights)
+    l.biases[:] = rand(rng, n)
     net = Network()
     net.layers = [l]
     net.batch, net.h, net.w, net.c, net.inputs = b, h, w, c, h * w * c
     net.alloc_workspace()
-    x = rand(b * c * h * w)
+    x = rand(rng, b * c * h * w)
     net.forward(x)
     ref = naive.conv_forward(x, l.weights, l.biases, b, c, h, w, n, k, stride, pad, groups)
     np.testing.assert_allclose(l.output.reshape(ref.shape), ref, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("train", [True, False])
-def test_fused_batchnorm_backward_equals_darknets_seven_kernels(train):
+def test_fused_batchnorm_backward_equals_darknets_seven_kernels(rng, train):
     from darknumba.kernels.blas import (backward_bias, backward_scale_cpu, mean_delta_cpu,
                                         normalize_delta_cpu, variance_delta_cpu)
     from darknumba.kernels.fused import batchnorm_backward
     b, f, s = 3, 5, 37
-    x = rand(b * f * s) * 2 + 0.5
-    delta = rand(b * f * s)
-    mean = rand(f)
-    var = np.abs(rand(f)) + 0.1
-    x_mean, x_var = rand(f), np.abs(rand(f)) + 0.1          # the statistics x_norm came from
+    x = rand(rng, b * f * s) * 2 + 0.5
+    delta = rand(rng, b * f * s)
+    mean = rand(rng, f)
+    var = np.abs(rand(rng, f)) + 0.1
+    x_mean, x_var = rand(rng, f), np.abs(rand(rng, f)) + 0.1          # the statistics x_norm came from
     d = (np.sqrt(x_var) + np.float32(1e-6)).astype(np.float32)
     x_norm = ((x.reshape(b, f, s) - x_mean[:, None]) / d[:, None]).astype(np.float32).ravel()
-    scales = rand(f)
-    bu, su, md, vd = (rand(f) for _ in range(4))
+    scales = rand(rng, f)
+    bu, su, md, vd = (rand(rng, f) for _ in range(4))
     ref = [delta.copy(), bu.copy(), su.copy(), md.copy(), vd.copy()]
     backward_bias(ref[1], ref[0], b, f, s)
     backward_scale_cpu(x_norm, ref[0], b, f, s, ref[2])
@@ -274,15 +270,16 @@ def test_fused_batchnorm_backward_equals_darknets_seven_kernels(train):
     got = [delta.copy(), bu.copy(), su.copy(), md.copy(), vd.copy()]
     batchnorm_backward(got[0], x, mean, var, scales, b, f, s, got[1], got[2], got[3], got[4], x_mean,
                        x_var)
-    for name, g, r in zip(["delta", "bias_updates", "scale_updates", "mean_delta", "variance_delta"], got, ref):
+    names = ["delta", "bias_updates", "scale_updates", "mean_delta", "variance_delta"]
+    for name, g, r in zip(names, got, ref, strict=True):
         np.testing.assert_allclose(g, r, rtol=2e-5, atol=2e-5 * np.abs(r).max(), err_msg=name)
 
 
 @pytest.mark.parametrize("offset", [0.0, 1e4])
-def test_one_sweep_mean_variance_equals_two_pass_float64(offset):
+def test_one_sweep_mean_variance_equals_two_pass_float64(rng, offset):
     from darknumba.kernels.fused import mean_variance_cpu
     b, f, s = 3, 5, 1001
-    x = (rand(b * f * s) * 0.01 + offset).astype(np.float32)       # a large mean, small spread
+    x = (rand(rng, b * f * s) * 0.01 + offset).astype(np.float32)       # a large mean, small spread
     mean, var = np.zeros(f, np.float32), np.zeros(f, np.float32)
     mean_variance_cpu(x, b, f, s, mean, var)
     x64 = x.astype(np.float64).reshape(b, f, s).transpose(1, 0, 2).reshape(f, -1)
@@ -298,38 +295,38 @@ def test_one_sweep_mean_variance_equals_two_pass_float64(offset):
 
 
 @pytest.mark.parametrize("m,k", [(1, 1), (5, 7), (130, 67), (64, 200)])
-def test_add_transposed(m, k):
+def test_add_transposed(rng, m, k):
     from darknumba.kernels.gemm import add_transposed
-    dst, src = rand(m, k), rand(k, m)
+    dst, src = rand(rng, m, k), rand(rng, k, m)
     ref = dst + src.T
     add_transposed(dst, src)
     np.testing.assert_array_equal(dst, ref)
 
 
 @pytest.mark.parametrize("c,k,stride", [(3, 3, 1), (40, 3, 1), (4, 3, 2)])   # direct and GEMM paths
-def test_x_norm_is_what_the_forward_pass_normalised(c, k, stride):
+def test_x_norm_is_what_the_forward_pass_normalised(rng, c, k, stride):
     """l.x_norm is recomputed from x, not kept: with unit scales, zero biases and a linear
     activation the train-mode output *is* the normalised x, so the two must agree bit for bit."""
     from darknumba.layers.convolutional import ConvolutionalLayer
     from darknumba.network import Network
     b, h, w, n = 2, 7, 6, 5
     l = ConvolutionalLayer(b, h, w, c, n, 1, k, stride, 1, "linear", batch_normalize=True)
-    l.weights[:] = rand(l.nweights)
+    l.weights[:] = rand(rng, l.nweights)
     net = Network()
     net.layers = [l]
     net.batch, net.h, net.w, net.c, net.inputs = b, h, w, c, h * w * c
     net.alloc_workspace()
-    net.forward(rand(b * c * h * w) + 3, train=True)
+    net.forward(rand(rng, b * c * h * w) + 3, train=True)
     assert l.x_norm is not None and not np.array_equal(l.x_norm, l.x)
     np.testing.assert_array_equal(l.x_norm, l.output)
     assert ConvolutionalLayer(b, h, w, c, n, 1, k, stride, 1, "linear").x_norm is None
 
 
 @pytest.mark.parametrize("s1,s2", [(1.0, 1.0), (0.5, -2.0)])
-def test_same_shape_shortcut_equals_copy_then_shortcut(s1, s2):
+def test_same_shape_shortcut_equals_copy_then_shortcut(rng, s1, s2):
     from darknumba.kernels.blas import shortcut_same_cpu
     b, w, h, c = 2, 5, 4, 3
-    x, add = rand(b * c * h * w), rand(b * c * h * w)
+    x, add = rand(rng, b * c * h * w), rand(rng, b * c * h * w)
     ref = x.copy()
     shortcut_cpu(b, w, h, c, add, w, h, c, s1, s2, ref)
     out = np.full_like(x, np.nan)

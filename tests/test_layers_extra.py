@@ -15,11 +15,8 @@ from darknumba.layers.base import SizeParams, UpdateArgs
 from darknumba.weights import load_weights, save_weights
 from darknumba.dialect import quirks_for
 
-RNG = np.random.default_rng(7)
-
-
-def rand(*shape, lo=-1.0, hi=1.0):
-    return RNG.uniform(lo, hi, shape).astype(np.float32)
+def rand(rng, *shape, lo=-1.0, hi=1.0):
+    return rng.uniform(lo, hi, shape).astype(np.float32)
 
 
 def build(section_text, batch, h, w, c, inputs=None, compat=None, time_steps=1):
@@ -58,18 +55,18 @@ def backward_with(l, x, g, train=True):
 
 # -- activation, logistic, l2norm ------------------------------------------------------------
 
-def test_activation_forward_backward():
+def test_activation_forward_backward(rng):
     l = build("[activation]\nactivation=leaky\n", 2, 3, 4, 5)
-    x = rand(2, 5, 3, 4)
+    x = rand(rng, 2, 5, 3, 4)
     x += np.sign(x) * 0.05                             # finite differences stay off the kink
     _, y = forward(l, x)
     np.testing.assert_allclose(y, np.where(x > 0, x, 0.1 * x).ravel(), rtol=1e-6)
     assert "Activation Layer: 60 inputs" == l.describe()
 
 
-def test_activation_compat_overwrites_previous_delta():
+def test_activation_compat_overwrites_previous_delta(rng):
     l = build("[activation]\n", 1, 2, 2, 1, compat="darknet-cpu")
-    x = rand(1, 1, 2, 2)
+    x = rand(rng, 1, 1, 2, 2)
     net, _ = forward(l, x)
     net.delta[:] = 5
     l.delta[:] = 1
@@ -77,10 +74,10 @@ def test_activation_compat_overwrites_previous_delta():
     np.testing.assert_array_equal(net.delta, 1)       # linear: copied, not added
 
 
-def test_logistic_cross_entropy():
+def test_logistic_cross_entropy(rng):
     l = build("[logistic]\n", 3, 1, 1, 4, inputs=4)
-    x = rand(3, 4, lo=-3, hi=3)
-    t = (RNG.uniform(size=(3, 4)) > 0.5).astype(np.float32)
+    x = rand(rng, 3, 4, lo=-3, hi=3)
+    t = (rng.uniform(size=(3, 4)) > 0.5).astype(np.float32)
     net, y = forward(l, x, truth=t.ravel())
     p = naive.sigmoid(x).ravel()
     np.testing.assert_allclose(y, p, rtol=1e-6)
@@ -92,34 +89,34 @@ def test_logistic_cross_entropy():
     np.testing.assert_allclose(net.delta, t.ravel() - p, atol=1e-6)    # BCE w.r.t. the logit
 
 
-def test_l2norm_forward_and_passthrough_backward():
+def test_l2norm_forward_and_passthrough_backward(rng):
     l = build("[l2norm]\n", 2, 3, 3, 4)
-    x = rand(2, 4, 3, 3)
+    x = rand(rng, 2, 4, 3, 3)
     _, y = forward(l, x)
     ref = x / np.sqrt((x.astype(np.float64) ** 2).sum(axis=1, keepdims=True))
     np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5)
-    g = rand(l.output.size)
+    g = rand(rng, l.output.size)
     np.testing.assert_array_equal(backward_with(l, x, g), g)     # Darknet: delta unchanged
 
 
 # -- normalization (LRN) ---------------------------------------------------------------------
 
-def test_lrn_window_quirk():
+def test_lrn_window_quirk(rng):
     """Past the first `size` channels the window is the textbook one minus channel size/2."""
-    x = rand(1, 9, 1, 1)
+    x = rand(rng, 1, 9, 1, 1)
     _, norms = naive.lrn_forward(x, 3, 1.0, 0.75, 1.0)
     sq = x.ravel().astype(np.float64) ** 2
     assert norms.ravel()[5] == pytest.approx(1 + sq[4:7].sum() - sq[1])
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 5])
-def test_normalization_forward_and_darknet_backward(size):
+def test_normalization_forward_and_darknet_backward(rng, size):
     l = build(f"[lrn]\nsize={size}\nalpha=0.5\nbeta=0.75\nkappa=2\n", 2, 3, 2, 6)
-    x = rand(2, 6, 3, 2, lo=-2, hi=2)
+    x = rand(rng, 2, 6, 3, 2, lo=-2, hi=2)
     _, y = forward(l, x)
     ref, norms = naive.lrn_forward(x, size, 0.5, 0.75, 2.0)
     np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5)
-    g = rand(l.output.size)
+    g = rand(rng, l.output.size)
     # Darknet's approximate backward: delta * norms^-beta (cross-channel terms dropped)
     np.testing.assert_allclose(backward_with(l, x, g), g * (norms ** -0.75).ravel(), rtol=1e-5)
     assert l.describe() == f"Local Response Normalization Layer: 2 x 3 x 6 image, {size} size"
@@ -127,14 +124,14 @@ def test_normalization_forward_and_darknet_backward(size):
 
 # -- batchnorm -------------------------------------------------------------------------------
 
-def test_batchnorm_train_and_test_forward_backward_and_update():
+def test_batchnorm_train_and_test_forward_backward_and_update(rng):
     l = build("[batchnorm]\n", 3, 2, 3, 4)
-    l.scales[:] = rand(4, lo=0.5, hi=1.5)
-    l.biases[:] = rand(4)
-    l.rolling_mean[:] = rand(4)
-    l.rolling_variance[:] = rand(4, lo=0.5, hi=2)
+    l.scales[:] = rand(rng, 4, lo=0.5, hi=1.5)
+    l.biases[:] = rand(rng, 4)
+    l.rolling_mean[:] = rand(rng, 4)
+    l.rolling_variance[:] = rand(rng, 4, lo=0.5, hi=2)
     rm, rv = l.rolling_mean.copy(), l.rolling_variance.copy()
-    x = rand(3, 4, 2, 3, lo=-2, hi=2)
+    x = rand(rng, 3, 4, 2, 3, lo=-2, hi=2)
     _, y = forward(l, x, train=False)
     ref = (x - rm[None, :, None, None]) / (np.sqrt(rv)[None, :, None, None] + 1e-6)
     ref = ref * l.scales[None, :, None, None] + l.biases[None, :, None, None]
@@ -146,7 +143,7 @@ def test_batchnorm_train_and_test_forward_backward_and_update():
     ref = ref * l.scales[None, :, None, None] + l.biases[None, :, None, None]
     np.testing.assert_allclose(y, ref.ravel(), rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(l.rolling_mean, 0.99 * rm + 0.01 * mu, rtol=1e-5, atol=1e-6)
-    g = rand(l.output.size)
+    g = rand(rng, l.output.size)
     backward_with(l, x, g)
     bias_updates = g.reshape(3, 4, 6).astype(np.float64).sum(axis=(0, 2))   # backward_bias
     np.testing.assert_allclose(l.bias_updates, bias_updates, rtol=1e-5, atol=1e-6)
@@ -159,17 +156,17 @@ def test_batchnorm_train_and_test_forward_backward_and_update():
 # -- reorg -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("reverse", [0, 1])
-def test_reorg_permutation_and_adjoint(reverse):
+def test_reorg_permutation_and_adjoint(rng, reverse):
     if reverse:
         l = build("[reorg]\nstride=2\nreverse=1\n", 2, 3, 3, 8)
-        x = rand(2, 8, 3, 3)
+        x = rand(rng, 2, 8, 3, 3)
     else:
         l = build("[reorg]\nstride=2\n", 2, 4, 6, 4)
-        x = rand(2, 4, 4, 6)
+        x = rand(rng, 2, 4, 4, 6)
     _, y = forward(l, x)
     np.testing.assert_array_equal(y, naive.reorg(x, 2, 1 if reverse else 0))
     assert sorted(y) == sorted(x.ravel())
-    g = rand(l.output.size)
+    g = rand(rng, l.output.size)
     dx = backward_with(l, x, g)
     assert np.dot(g, y) == pytest.approx(np.dot(dx, x.ravel()), rel=1e-5)   # adjoint
 
@@ -182,9 +179,9 @@ def test_reorg_shapes_like_yolov2():
 
 # -- crop ------------------------------------------------------------------------------------
 
-def test_crop_test_mode_centre_and_train_flip():
+def test_crop_test_mode_centre_and_train_flip(rng):
     l = build("[crop]\ncrop_height=3\ncrop_width=4\nflip=1\n", 2, 5, 6, 3)
-    x = rand(2, 3, 5, 6, lo=0, hi=1)
+    x = rand(rng, 2, 3, 5, 6, lo=0, hi=1)
     _, y = forward(l, x, train=False)
     np.testing.assert_allclose(y, (x[:, :, 1:4, 1:5] * 2 - 1).ravel(), rtol=1e-6)
     seen = set()
@@ -207,26 +204,26 @@ def test_crop_test_mode_centre_and_train_flip():
 # -- local -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("size,stride,pad", [(3, 1, 1), (3, 2, 0), (1, 1, 0), (2, 2, 0)])
-def test_local_forward_backward(size, stride, pad):
+def test_local_forward_backward(rng, size, stride, pad):
     l = build(f"[local]\nfilters=3\nsize={size}\nstride={stride}\npad={pad}\nactivation=linear\n",
               2, 5, 4, 2)
-    l.weights[:] = rand(l.nweights)
-    l.biases[:] = rand(l.outputs)
-    x = rand(2, 2, 5, 4)
+    l.weights[:] = rand(rng, l.nweights)
+    l.biases[:] = rand(rng, l.outputs)
+    x = rand(rng, 2, 2, 5, 4)
     _, y = forward(l, x)
     ref = naive.local_forward(x, l.weights, l.biases, 3, size, stride, pad)
     np.testing.assert_allclose(y, ref.ravel(), rtol=1e-5, atol=1e-5)
 
 
-def test_local_weights_round_trip(tmp_path):
+def test_local_weights_round_trip(rng, tmp_path):
     cfg = tmp_path / "loc.cfg"
     cfg.write_text("[net]\nbatch=1\nwidth=5\nheight=5\nchannels=2\n\n"
                    "[local]\nfilters=2\nsize=3\nstride=1\npad=1\nactivation=leaky\n")
     net = dn.parse_network_cfg(cfg)
     l = net.layers[0]
     assert l.weights.size == 5 * 5 * 2 * 3 * 3 * 2 and l.biases.size == 5 * 5 * 2
-    l.weights[:] = rand(l.weights.size)
-    l.biases[:] = rand(l.biases.size)
+    l.weights[:] = rand(rng, l.weights.size)
+    l.biases[:] = rand(rng, l.biases.size)
     save_weights(net, tmp_path / "a.weights")
     data = (tmp_path / "a.weights").read_bytes()
     assert len(data) == 20 + 4 * (l.biases.size + l.weights.size)
@@ -239,12 +236,12 @@ def test_local_weights_round_trip(tmp_path):
 # -- deconvolutional -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("size,stride,pad", [(2, 2, 0), (3, 1, 1), (4, 2, 1), (3, 2, 0)])
-def test_deconvolutional_forward_backward(size, stride, pad):
+def test_deconvolutional_forward_backward(rng, size, stride, pad):
     l = build(f"[deconvolutional]\nfilters=3\nsize={size}\nstride={stride}\npadding={pad}\n"
               f"activation=linear\n", 2, 3, 4, 2)
-    l.weights[:] = rand(l.nweights)
-    l.biases[:] = rand(3)
-    x = rand(2, 2, 3, 4)
+    l.weights[:] = rand(rng, l.nweights)
+    l.biases[:] = rand(rng, 3)
+    x = rand(rng, 2, 2, 3, 4)
     _, y = forward(l, x)
     np.testing.assert_allclose(y, naive.deconv_forward(x, l.weights, l.biases, 3, size, stride, pad).ravel(),
                                rtol=1e-5, atol=1e-5)
@@ -259,18 +256,18 @@ def test_deconvolutional_batchnorm_records():
 
 # -- recurrent -------------------------------------------------------------------------------
 
-def _randomise(layers):
+def _randomise(rng, layers):
     for sub in layers:
-        sub.weights[:] = rand(sub.weights.size, lo=-0.5, hi=0.5)
-        sub.biases[:] = rand(sub.biases.size, lo=-0.5, hi=0.5)
+        sub.weights[:] = rand(rng, sub.weights.size, lo=-0.5, hi=0.5)
+        sub.biases[:] = rand(rng, sub.biases.size, lo=-0.5, hi=0.5)
 
 
-def test_rnn_matches_numpy_recurrence():
+def test_rnn_matches_numpy_recurrence(rng):
     steps, batch, inputs, outputs = 4, 2, 3, 5
     l = build(f"[rnn]\noutput={outputs}\nactivation=tanh\n", batch * steps, 1, 1, inputs,
               inputs=inputs, time_steps=steps)
-    _randomise(l.sublayers())
-    x = rand(steps, batch, inputs)
+    _randomise(rng, l.sublayers())
+    x = rand(rng, steps, batch, inputs)
     _, y = forward(l, x)
     Wi, Ws, Wo = (s.weights.reshape(outputs, -1).astype(np.float64) for s in l.sublayers())
     bi, bs, bo = (s.biases.astype(np.float64) for s in l.sublayers())
@@ -281,12 +278,12 @@ def test_rnn_matches_numpy_recurrence():
                                    rtol=1e-4, atol=1e-5)
 
 
-def test_lstm_matches_numpy_and_carries_state():
+def test_lstm_matches_numpy_and_carries_state(rng):
     steps, batch, inputs, outputs = 3, 2, 3, 4
     l = build(f"[lstm]\noutput={outputs}\n", batch * steps, 1, 1, inputs, inputs=inputs,
               time_steps=steps)
-    _randomise(l.sublayers())
-    x = rand(steps, batch, inputs)
+    _randomise(rng, l.sublayers())
+    x = rand(rng, steps, batch, inputs)
     _, y = forward(l, x)
     W = {n: getattr(l, n).weights.reshape(outputs, -1).astype(np.float64) for n in
          ("wf", "wi", "wg", "wo", "uf", "ui", "ug", "uo")}
@@ -313,35 +310,35 @@ def test_crnn_shape_and_weights_layout():
         "output.weights"]
 
 
-def test_gru_weights_round_trip(tmp_path):
+def test_gru_weights_round_trip(rng, tmp_path):
     cfg = tmp_path / "gru.cfg"
     cfg.write_text("[net]\nbatch=4\ntime_steps=2\ninputs=6\n\n[gru]\noutput=3\n\n"
                    "[connected]\noutput=6\nactivation=linear\n\n[softmax]\n")
     net = dn.parse_network_cfg(cfg)
-    _randomise(net.layers[0].sublayers())
+    _randomise(rng, net.layers[0].sublayers())
     save_weights(net, tmp_path / "g.weights")
     size = (tmp_path / "g.weights").stat().st_size
     assert size == 20 + 4 * (3 * (3 + 3 * 3) + 3 * (3 + 6 * 3) + 6 + 3 * 6)
     net2 = dn.parse_network_cfg(cfg)
     load_weights(net2, tmp_path / "g.weights")
-    for a, b in zip(net.layers[0].sublayers(), net2.layers[0].sublayers()):
+    for a, b in zip(net.layers[0].sublayers(), net2.layers[0].sublayers(), strict=True):
         np.testing.assert_array_equal(a.weights, b.weights)
-    x = rand(8, 6)                      # net.batch = batch x time_steps rows, step-major
-    t = np.eye(6, dtype=np.float32)[RNG.integers(6, size=8)]
+    x = rand(rng, 8, 6)                      # net.batch = batch x time_steps rows, step-major
+    t = np.eye(6, dtype=np.float32)[rng.integers(6, size=8)]
     assert np.isfinite(net.train_datum(x, t))
 
 
 # -- region (YOLOv2) -------------------------------------------------------------------------
 
 @pytest.mark.parametrize("seen,rescore", [(0, 0), (20000, 1)])
-def test_region_forward_deltas_and_backward(seen, rescore):
+def test_region_forward_deltas_and_backward(rng, seen, rescore):
     n, classes, w, h = 3, 4, 5, 4
     anchors = [0.8, 1.2, 2.0, 1.5, 3.1, 3.3]
     text = (f"[region]\nanchors={','.join(map(str, anchors))}\nclasses={classes}\nnum={n}\n"
             f"softmax=1\ncoord_scale=1.5\nobject_scale=5\nnoobject_scale=0.5\nclass_scale=2\n"
             f"thresh=.6\nrescore={rescore}\n")
     l = build(text, 2, h, w, n * (5 + classes))
-    x = rand(2, n * (5 + classes), h, w, lo=-2, hi=2)
+    x = rand(rng, 2, n * (5 + classes), h, w, lo=-2, hi=2)
     truth = np.zeros((2, 30 * 5), np.float32)
     truth[0, :10] = [0.31, 0.42, 0.2, 0.3, 2, 0.77, 0.13, 0.5, 0.25, 0]
     truth[1, :5] = [0.55, 0.66, 0.6, 0.7, 3]
@@ -365,10 +362,10 @@ def test_region_forward_deltas_and_backward(seen, rescore):
     np.testing.assert_allclose(net.delta, grad.ravel(), rtol=1e-4, atol=1e-6)
 
 
-def test_region_compat_cpu_backward_is_empty_and_detections():
+def test_region_compat_cpu_backward_is_empty_and_detections(rng):
     l = build("[region]\nanchors=1,1,2,2\nclasses=2\nnum=2\nsoftmax=1\n", 1, 2, 2, 14,
               compat="darknet-cpu")
-    x = rand(1, 14, 2, 2)
+    x = rand(rng, 1, 14, 2, 2)
     truth = np.zeros(150, np.float32)
     truth[:5] = [0.3, 0.3, 0.2, 0.2, 1]
     net, y = forward(l, x, truth=truth)
@@ -386,13 +383,13 @@ def test_region_compat_cpu_backward_is_empty_and_detections():
 
 # -- detection (YOLOv1) ----------------------------------------------------------------------
 
-def test_detection_deltas():
+def test_detection_deltas(rng):
     side, n, classes = 2, 2, 3
     inputs = side * side * (classes + n * 5)
     l = build(f"[detection]\nclasses={classes}\ncoords=4\nrescore=1\nside={side}\nnum={n}\n"
               f"softmax=0\nsqrt=1\nobject_scale=1\nnoobject_scale=.5\nclass_scale=1\n"
               f"coord_scale=5\n", 1, 1, 1, inputs, inputs=inputs)
-    x = rand(1, inputs, lo=0.1, hi=0.9)
+    x = rand(rng, 1, inputs, lo=0.1, hi=0.9)
     truth = np.zeros((side * side, 1 + classes + 4), np.float32)
     truth[3] = [1, 0, 1, 0, 0.4, 0.6, 0.3, 0.5]          # cell 3: class 1, in-cell offset, size
     _, y = forward(l, x, truth=truth.ravel())
@@ -422,11 +419,11 @@ def test_detection_deltas():
 
 # -- iseg ------------------------------------------------------------------------------------
 
-def test_iseg_deltas():
+def test_iseg_deltas(rng):
     classes, ids, h, w = 2, 3, 3, 4
     wh = h * w
     l = build(f"[iseg]\nclasses={classes}\nids={ids}\n", 1, h, w, classes + ids)
-    x = rand(1, classes + ids, h, w)
+    x = rand(rng, 1, classes + ids, h, w)
     truth = np.full((90, wh + 1), 0, np.float32)
     truth[2:, 0] = -1                                         # two instances
     truth[0, 0], truth[1, 0] = 1, 0
@@ -460,12 +457,12 @@ def _tree_layer(tmp_path, batch=1):
     return build(text, batch, 3, 3, 2 * (5 + 7))
 
 
-def test_region_tree_softmax_and_hierarchical_deltas(tmp_path):
+def test_region_tree_softmax_and_hierarchical_deltas(rng, tmp_path):
     l = _tree_layer(tmp_path)
     t = l.tree
     assert list(t.group_offset) == [0, 2, 5] and list(t.group_size) == [2, 3, 2]
     assert list(t.child[:2]) == [1, 2] and list(t.leaf) == [0, 0, 1, 1, 1, 1, 1]
-    x = rand(1, 2 * 12, 3, 3, lo=-2, hi=2)
+    x = rand(rng, 1, 2 * 12, 3, 3, lo=-2, hi=2)
     truth = np.zeros(150, np.float32)
     truth[:5] = [0.5, 0.5, 0.4, 0.5, 3]                         # class a2, child of a
     _, y = forward(l, x, truth=truth, seen=20000)
@@ -484,9 +481,9 @@ def test_region_tree_softmax_and_hierarchical_deltas(tmp_path):
     assert l.stats["class"] == pytest.approx(cls[a, 3, 4] * cls[a, 0, 4], rel=1e-5)
 
 
-def test_region_tree_classification_only_truth_and_top_prediction(tmp_path):
+def test_region_tree_classification_only_truth_and_top_prediction(rng, tmp_path):
     l = _tree_layer(tmp_path)
-    x = rand(1, 2 * 12, 3, 3, lo=-2, hi=2)
+    x = rand(rng, 1, 2 * 12, 3, 3, lo=-2, hi=2)
     truth = np.zeros(150, np.float32)
     truth[:5] = [200000, 200000, 1, 1, 6]                       # class b2, no box
     _, y = forward(l, x, truth=truth, seen=20000)

@@ -176,7 +176,7 @@ def _forward_and_step(net):
     assert np.isfinite(err) and err > 0
     after = [l.weights for l in net.layers if hasattr(l, "weight_updates")]
     assert all(np.isfinite(a).all() for a in after)
-    assert sum(not np.array_equal(a, b) for a, b in zip(after, before)) == len(after)
+    assert sum(not np.array_equal(a, b) for a, b in zip(after, before, strict=True)) == len(after)
     return net
 
 

@@ -219,7 +219,7 @@ def test_forward_train_yolo():
         np.testing.assert_allclose(ours, row[2:9], rtol=1e-4, atol=2e-6)
     printed = [ln for ln in str(data["stdout_txt"]).splitlines() if ln.startswith("Region")]
     ours = [l.stats_line() for l in net.layers if l.type == "yolo"]
-    for a, b in zip(ours, printed):
+    for a, b in zip(ours, printed, strict=True):
         assert a.split(":")[0] == b.split(":")[0]
 
 
