@@ -218,6 +218,7 @@ def test_forward_train_yolo():
         assert a.split(":")[0] == b.split(":")[0]
 
 
+@pytest.mark.slow
 def test_det_small_learns():
     """Twenty steps on det-small's one datum at lr 0.001 (with the cfg's 0.01 and no burn-in
     the first update throws the objectness logits to -90 and training blows up): the loss
