@@ -141,7 +141,8 @@ def region_deltas(out, truth, anchors, n, w, h, classes, thresh, seen, scales, r
                                                anchors[2 * a + 1] / h], 0.01)
         for t in boxes:
             i, j = int(t[0] * w), int(t[1] * h)
-            shape_iou = [box_iou([0, 0, *pbox(b, a, j, i)[2:]], [0, 0, t[2], t[3]]) for a in range(n)]
+            shape_iou = [box_iou([0, 0, *pbox(b, a, j, i)[2:]], [0, 0, t[2], t[3]])
+                         for a in range(n)]
             a = int(np.argmax(shape_iou))
             v = box_delta(b, a, j, i, t[:4], cs * (2 - t[2] * t[3]))
             o = out[b, a, 4, j, i]

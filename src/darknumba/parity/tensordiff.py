@@ -174,7 +174,8 @@ def _weight_terms(l, delta: np.ndarray, x: np.ndarray) -> np.ndarray:
     """sum over images and pixels of |delta| * |col|: the column matrix of |input| as the
     layer's forward builds it (Darknet's CPU 1x1 path reads the input itself, strided or not)."""
     if l.type == "connected":
-        return (delta.reshape(l.batch, l.outputs).T @ x.reshape(l.batch, -1).astype(np.float64)).ravel()
+        x = x.reshape(l.batch, -1).astype(np.float64)
+        return (delta.reshape(l.batch, l.outputs).T @ x).ravel()
     g, m, cg = l.groups, l.n // l.groups, l.c // l.groups
     sp = l.out_h * l.out_w
     kk = l.size * l.size * cg
