@@ -1,5 +1,5 @@
 """Every layer's backward against central finite differences (tests/gradcheck.py: objective,
-tolerances, and why a gradient 1% off cannot pass), and against tests/naive.py.
+tolerances, and why a gradient 1% off cannot pass), and against tests/naive.
 
 CASES lists every layer type with a backward, in the configurations that take different code
 paths. Each case is checked once per module run (the `checked` fixture) and asserted twice:
@@ -75,7 +75,8 @@ for _name, _body in {"maxpool 2/2": "[maxpool]\nsize=2\nstride=2\n",
                      "avgpool": "[avgpool]\n",
                      "upsample 2": "[upsample]\nstride=2\n",
                      "upsample 3 scale": "[upsample]\nstride=3\nscale=0.5\n",
-                     "downsample 2": "[upsample]\nstride=-2\n"}.items():
+                     "downsample 2": "[upsample]\nstride=-2\n",
+                     "reorg 2": "[reorg]\nstride=2\n"}.items():
     case(_name, _body, w=6, h=6, check={"h": 1e-3})
 
 case("route", CONV_TANH + "[convolutional]\nfilters=3\nsize=1\nstride=1\npad=1\n"
@@ -121,6 +122,13 @@ def _softmax(tmp_path):
     return check_network(net, rng, truth=np.eye(5, dtype=np.float32)[[1, 3]].ravel())
 
 
+def _logistic(tmp_path):
+    """[logistic] passes t - p down: the gradient of its cost, the binary cross-entropy."""
+    net, rng = build_cfg(tmp_path, "[connected]\noutput=5\nactivation=linear\n\n[logistic]\n",
+                         w=2, h=2)
+    return check_network(net, rng, truth=(rng.uniform(size=10) > 0.5).astype(np.float32))
+
+
 def _cost(tmp_path, cost, scale):
     """sse: delta = t - p, the gradient of half its cost; L1: sign(t - p)."""
     net, rng = build_cfg(tmp_path, f"[connected]\noutput=5\nactivation=logistic\n\n"
@@ -150,6 +158,7 @@ def _dropout(tmp_path):
 
 
 CASES["softmax cross-entropy"] = _softmax
+CASES["logistic cross-entropy"] = _logistic
 CASES["cost sse"] = lambda p: _cost(p, "sse", 0.5)
 CASES["cost L1"] = lambda p: _cost(p, "L1", 1.0)
 CASES["dropout"] = _dropout
