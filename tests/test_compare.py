@@ -14,7 +14,7 @@ from darknumba.cli import app
 from darknumba.errors import DarknumbaError
 from darknumba.parity.compare import compare_npz
 from darknumba.parity.darknet_ref import DarknetTree, find_compiler, run_darknet
-from darknumba.parity.tensordiff import diff, term_scale
+from darknumba.parity.tensordiff import diff, term_scales
 
 runner = CliRunner()
 FORWARD = [("det-small", "forward_test"), ("det-small", "forward_train"),
@@ -107,13 +107,27 @@ def test_diff_scales_cancelling_sums_by_their_terms():
     assert d == pytest.approx(1e-3) and r == pytest.approx(1e3)
     assert diff([1e-3], [0.0], terms=np.array([100.0]))[1] == pytest.approx(1e-5)
     assert diff([np.nan, 1.0], [np.nan, 1.0]) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="2 values against 3"):
+        diff([1, 2], [1, 2, 3])
 
-    class Conv:
-        type, n, out_h, out_w, batch, nweights = "convolutional", 2, 1, 2, 1, 6
+
+def test_term_scales_are_sums_of_absolute_terms():
+    """A connected layer (batch 2, 2 -> 2) after a layer without gradients: bias_updates sums
+    |delta| over the batch, weight_updates |delta| * |input|, and the momentum buffer after
+    the update momentum * (those + decay * batch * |weights|)."""
+    from darknumba.layers.connected import ConnectedLayer
+    l = ConnectedLayer(2, 2, 2, "logistic")
     ref = {"L001_delta_in": np.array([1, -1, 2, -2], np.float32),
-           "L000_output": np.array([0.5, -3], np.float32)}
-    assert term_scale("bias_updates", 1, ref, Conv()).tolist() == [2, 4]
-    assert term_scale("weight_updates", 1, ref, Conv()).tolist() == [6] * 3 + [12] * 3
+           "L001_output": np.array([0.5, 0.5, 0.5, 0.5], np.float32),     # act' = 0.25
+           "L001_delta": np.array([4, -4, 8, -8], np.float32),
+           "L000_output": np.array([0.5, -3, 1, 2], np.float32),
+           "before_L001_weights": np.array([1, -2, 0, 4], np.float32)}
+    S = term_scales(ref, [ConnectedLayer(2, 2, 2, "linear"), l], momentum=0.9, decay_batch=0.5)
+    assert S["L001_bias_updates"].tolist() == [0.75, 0.75]
+    assert S["L001_weight_updates"].tolist() == [10, 28, 10, 28]
+    np.testing.assert_allclose(S["after_L001_weight_updates"], 0.9 * np.array([10.5, 29, 10, 30]))
+    assert set(S) == {"L001_bias_updates", "L001_weight_updates", "after_L001_bias_updates",
+                      "after_L001_weight_updates"}
 
 
 # -- locating a darknet tree (no build needed) ------------------------------------------------

@@ -353,7 +353,7 @@ def _report(reference, cfg, weights, mode, tol, ours, ref, meta, net) -> Report:
                              f"from {cfg}")
     ours_t = {k: v for k, v in ours.items() if k != "meta"}
     run = meta.get("run", {})
-    factors = {"after": net.momentum,
+    factors = {"after": net.momentum, "decay_batch": net.decay * net.batch * net.subdivisions,
                "step": run["rate"] / (net.batch * net.subdivisions) if run.get("rate") else None}
     rows, missing = compare_tensors(ours_t, ref, net.layers, tol, ref_types, factors)
     sc = scalars(ours, meta.get("run", {}))
