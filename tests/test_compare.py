@@ -14,6 +14,7 @@ from darknumba.cli import app
 from darknumba.errors import DarknumbaError
 from darknumba.parity.compare import compare_npz
 from darknumba.parity.darknet_ref import DarknetTree, find_compiler, run_darknet
+from darknumba.parity.roundoff import abs_terms, recursive_sum_bound, sum_tol
 from darknumba.parity.tensordiff import diff, term_scale
 
 runner = CliRunner()
@@ -197,3 +198,81 @@ def test_darknet_rejected_cfg_is_reported(tmp_path):
     bad.write_text("[convolutional]\nfilters=4\n")
     with pytest.raises(DarknumbaError, match="C darknet rejected .*bad.cfg"):
         run_darknet(DarknetTree.locate(dk), bad, None, "forward_test", x=np.zeros(1, np.float32))
+
+
+# -- the per-layer figure: replay on C's inputs, tolerances from the reductions ---------------
+
+def test_recursive_sum_bound_covers_float32_sums():
+    """u * sum |partial sums| bounds a one-by-one float32 sum, also where equal values make
+    the rounding drift one way (a grey border), which sqrt(K) tolerances would not cover."""
+    rng = np.random.default_rng(0)
+    for v in (np.full(200_000, 0.3, np.float32), rng.random(50_000, dtype=np.float32),
+              rng.standard_normal(50_000).astype(np.float32)):
+        exact = float(np.sum(v, dtype=np.float64))
+        seq = float(np.add.accumulate(v, dtype=np.float32)[-1])
+        assert abs(seq - exact) <= recursive_sum_bound(v[None])[0]
+    drift = np.full(200_000, 0.3, np.float32)
+    err = abs(float(np.add.accumulate(drift, dtype=np.float32)[-1]) - 0.3 * 200_000)
+    assert err > float(sum_tol(drift.size, np.abs(drift).sum()))   # the drift is real
+
+
+def test_sum_tol_covers_reordered_dot_products():
+    """BLAS (blocked) vs one-by-one float32 dot products stay within C_SUM eps sqrt(K) sum|t|."""
+    rng = np.random.default_rng(1)
+    for K in (27, 4608, 173_056):
+        a = rng.standard_normal((8, K)).astype(np.float32)
+        b = rng.random(K, dtype=np.float32)
+        blas = a @ b
+        seq = np.array([np.add.accumulate(r * b, dtype=np.float32)[-1] for r in a])
+        tau = sum_tol(K, np.abs(a) @ np.abs(b))
+        assert np.all(np.abs(blas.astype(np.float64) - seq) <= tau)
+
+
+def test_abs_terms_are_the_sums_of_absolute_terms(tmp_path):
+    """roundoff.abs_terms runs the layer itself on |x|, |w|, |delta|: its three results are
+    sum |w x| (output), sum |delta x| (weight gradient), sum |w delta| (input gradient)."""
+    from naive import conv_backward
+    rng = np.random.default_rng(2)
+    cfg = tmp_path / "two.cfg"
+    cfg.write_text("[net]\nbatch=2\nwidth=7\nheight=6\nchannels=3\n"
+                   "[convolutional]\nfilters=4\nsize=3\nstride=2\npad=1\nactivation=leaky\n"
+                   "batch_normalize=1\n[convolutional]\nfilters=5\nsize=3\nstride=1\npad=1\n"
+                   "activation=leaky\n")
+    net = dn.load_network(cfg)
+    l = net.layers[1]
+    l.weights[:] = rng.standard_normal(l.weights.size).astype(np.float32)
+    x = rng.standard_normal(l.batch * l.inputs).astype(np.float32)
+    d = rng.standard_normal(l.batch * l.outputs).astype(np.float32)
+    t_out, t_wu, t_prev = abs_terms(l, net, x, d)
+    dw, dx = conv_backward(np.abs(x), np.abs(l.weights), np.abs(d), l.batch, l.c, l.h, l.w,
+                           l.n, l.size, l.stride, l.pad, 1)
+    np.testing.assert_allclose(t_wu, dw, rtol=1e-5)
+    np.testing.assert_allclose(t_prev, dx, rtol=1e-5)
+    ones = np.zeros_like(d)
+    for k in rng.integers(0, d.size, 20):        # sum |w x| of one output: <|delta| = e_k, ...>
+        ones[:] = 0
+        ones[k] = 1
+        _, dxk = conv_backward(np.abs(x), np.abs(l.weights), ones, l.batch, l.c, l.h, l.w,
+                               l.n, l.size, l.stride, l.pad, 1)
+        assert t_out[k] == pytest.approx(float(dxk @ np.abs(x).astype(np.float64)), rel=1e-5)
+
+
+def test_npz_per_layer_verdict_catches_a_1e3_change_at_every_layer(monkeypatch):
+    """Every layer's output is judged on C's input; making one layer's own result 0.1% larger
+    (one layer of each type) fails that layer, and the report names it first."""
+    import darknumba.parity.compare as cmp
+    (cfg, weights), npz = fixture_args("det-small", "forward_train")
+    report, _, _ = compare_npz(npz, cfg, weights)
+    outputs = [r for r in report.rows if r.tensor == "output"]
+    assert report.passed and outputs and all(r.own_ratio is not None for r in outputs)
+    assert max(r.own_ratio for r in report.rows if r.own_ratio is not None) < 0.5
+    real = cmp.replay
+    one_per_type = {r.type: r for r in reversed(outputs)}.values()
+    for r in one_per_type:
+        def off(net, ref, meta, mode, truth=None, i=r.layer):
+            own = real(net, ref, meta, mode, truth)
+            own[f"L{i:03d}_output"] *= np.float32(1.001)
+            return own
+        monkeypatch.setattr(cmp, "replay", off)
+        f = compare_npz(npz, cfg, weights)[0].first_failure
+        assert (f.layer, f.tensor) == (r.layer, "output") and f.own_ratio > 1, (r.layer, f)

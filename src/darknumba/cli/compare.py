@@ -38,8 +38,9 @@ def compare(
         "--dump", file_okay=False,
         help="save both sides' tensors to DIR/darknumba.npz and DIR/darknet.npz")] = None,
     perturb: Annotated[Optional[str], typer.Option(
-        "--perturb", metavar="LAYER[:INDEX]",
-        help="self-test: change one weight on darknumba's side; the report must name LAYER")] = None,
+        "--perturb", metavar="LAYER[:INDEX[:SIZE]]",
+        help="self-test: add SIZE (default 0.1) x the layer's largest |weight| to one weight "
+             "on darknumba's side; the report must name LAYER")] = None,
     timeout: Annotated[Optional[float], typer.Option(
         help="seconds to wait for C darknet")] = None,
 ):

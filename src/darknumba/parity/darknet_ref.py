@@ -33,6 +33,10 @@ TRAIN_FORWARD_FIELDS = ("mean", "variance", "output", "delta", "cost", "rolling_
 GRAD_FIELDS = ("mean", "variance", "output", "delta", "cost", "weight_updates", "bias_updates",
                "scale_updates", "x_norm")
 PARAM_FIELDS = ("weights", "biases", "scales", "rolling_mean", "rolling_variance")
+# read in train mode for the per-layer replay (replay.py): batch norm's input, which its
+# backward and the tolerance of its batch statistics need
+REPLAY_FIELDS = ("x",)
+MAX_DESTS = 64
 MODES = ("forward_test", "forward_train", "trainstep")
 
 
@@ -214,6 +218,7 @@ def _bind(shim_path: str):
         "dnc_set_input": (None, [P, ctypes.POINTER(F), ctypes.POINTER(F)]),
         "dnc_forward": (F, [P, I, I]),
         "dnc_backward_layer": (None, [P, I]),
+        "dnc_backward_dests": (I, [P, I, ctypes.POINTER(I), I]),
         "dnc_update": (I, [P, ctypes.POINTER(F)]),
         "dnc_letterbox": (I, [P, ctypes.c_char_p, ctypes.POINTER(F), ctypes.POINTER(I)]),
     }
@@ -249,6 +254,32 @@ def _snapshot(lib, net, nlayers: int, fields, prefix: str, out: dict):
             a = _read(lib, net, i, f)
             if a is not None:
                 out[f"{prefix}L{i:03d}_{f}"] = a
+
+
+def _backward_reading(lib, net, layers: list, out: dict):
+    """backward_network, one layer at a time, keeping what the per-layer replay feeds our
+    layers: each layer's delta as its backward starts (``L###_delta_in``), and the deltas of
+    the layers its backward adds into (layers[i]["bwd_dests"]) before it, when not all zero
+    (``L###_bwd_in_###``), and after it (``L###_bwd_out_###``; for the previous layer that is
+    its own ``_delta_in``)."""
+    dests = (ctypes.c_int * MAX_DESTS)()
+    for i in range(len(layers) - 1, -1, -1):
+        d = _read(lib, net, i, "delta")
+        if d is not None:
+            out[f"L{i:03d}_delta_in"] = d
+        if layers[i]["stopbackward"]:
+            break
+        k = lib.dnc_backward_dests(net, i, dests, MAX_DESTS)
+        layers[i]["bwd_dests"] = list(dests[:min(k, MAX_DESTS)])
+        for j in layers[i]["bwd_dests"]:
+            before = _read(lib, net, j, "delta")
+            if before is not None and before.any():
+                out[f"L{i:03d}_bwd_in_{j:03d}"] = before
+        lib.dnc_backward_layer(net, i)
+        for j in layers[i]["bwd_dests"]:
+            after = _read(lib, net, j, "delta")
+            if j != i - 1 and after is not None:
+                out[f"L{i:03d}_bwd_out_{j:03d}"] = after
 
 
 def _fail(msg: str):
@@ -308,19 +339,13 @@ def _child(job_path: str):
         _snapshot(lib, net, n, FORWARD_FIELDS, "", out)
     elif mode == "forward_train":
         run["cost"] = lib.dnc_forward(net, 1, truth is not None)
-        _snapshot(lib, net, n, TRAIN_FORWARD_FIELDS, "", out)
+        _snapshot(lib, net, n, TRAIN_FORWARD_FIELDS + REPLAY_FIELDS, "", out)
     else:   # trainstep: train_network_datum, with reads between backward and update
         _snapshot(lib, net, n, PARAM_FIELDS, "before_", out)
         lib.dnc_set_seen(net, lib.dnc_get_seen(net) + batch)
         lib.dnc_forward(net, 1, truth is not None)
-        for i in range(n - 1, -1, -1):      # backward_network, reading each delta as it starts
-            if layers[i]["stopbackward"]:
-                break
-            if layers[i]["nweights"] or layers[i]["type"] == "connected":
-                d = _read(lib, net, i, "delta")
-                if d is not None:
-                    out[f"L{i:03d}_delta_in"] = d
-            lib.dnc_backward_layer(net, i)
+        _snapshot(lib, net, n, REPLAY_FIELDS, "", out)
+        _backward_reading(lib, net, layers, out)
         run["cost"] = lib.dnc_cost(net)
         _snapshot(lib, net, n, GRAD_FIELDS, "", out)
         rate = ctypes.c_float()
