@@ -2,6 +2,7 @@
 real C darknet build when DARKNET_DIR points at one (pjreddie darknet, built with `make`)."""
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -276,3 +277,117 @@ def test_npz_per_layer_verdict_catches_a_1e3_change_at_every_layer(monkeypatch):
         monkeypatch.setattr(cmp, "replay", off)
         f = compare_npz(npz, cfg, weights)[0].first_failure
         assert (f.layer, f.tensor) == (r.layer, "output") and f.own_ratio > 1, (r.layer, f)
+
+
+# -- stock networks on a real photo against a pjreddie build (DARKNET_DIR) -------------------
+
+LABELS = ROOT / "tests" / "fixtures" / "parity" / "dog-labels.txt"
+
+
+def realistic_random_weights(cfg, path, seed=0):
+    """Random weights (Darknet's initialisation) with batch-norm statistics a trained network
+    would have: each layer's rolling mean and variance are its batch statistics on dog.jpg,
+    scales U(0.5, 1.5) and biases U(-0.2, 0.2). Deterministic for a seed."""
+    from darknumba.vision.image import letterbox_image, load_image_color
+    net = dn.load_network(cfg, batch=1)
+    rng = np.random.default_rng(seed)
+    net.input = letterbox_image(load_image_color(DATA / "dog.jpg"), net.w, net.h).reshape(-1)
+    net.train, net.truth = True, None
+    for i, l in enumerate(net.layers):       # layer by layer, each normalised by its own stats
+        net.index = i
+        if getattr(l, "batch_normalize", 0):
+            l.scales[:] = rng.uniform(0.5, 1.5, l.scales.size)
+            l.biases[:] = rng.uniform(-0.2, 0.2, l.biases.size)
+        l.forward(net)
+        if getattr(l, "batch_normalize", 0):
+            l.rolling_mean[:], l.rolling_variance[:] = l.mean, l.variance
+        net.input = l.output
+    dn.save_weights(net, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def yolov2_tiny_weights(tmp_path_factory):
+    return realistic_random_weights(ROOT / "cfg" / "yolov2-tiny.cfg",
+                                    tmp_path_factory.mktemp("w") / "yolov2-tiny-random.weights")
+
+
+def train_dog(cfg, weights, *extra):
+    dk = darknet_dir()
+    r = cli("--darknet", dk, cfg, weights, DATA / "dog.jpg", "--train", "--truth", LABELS,
+            "--batch", "1", "--json", *extra)
+    return r, json.loads(r.stdout[r.stdout.index("{"):])
+
+
+@pytest.mark.slow
+def test_darknet_yolov3_tiny_train_step_on_dog_passes():
+    r, report = train_dog(ROOT / "cfg" / "yolov3-tiny.cfg", tiny_weights())
+    assert r.exit_code == 0, report["verdict"]
+    own = [row for row in report["rows"] if row["own_ratio"] is not None]
+    assert len(own) > 150 and max(row["own_ratio"] for row in own) <= 1
+    # the propagated figures are still there: far past 1e-4 deep in the backward pass
+    assert max(row["max_rel"] or 0 for row in report["rows"]) > 1e-3
+    assert {"delta into 12", "weight_updates", "mean"} <= {row["tensor"] for row in own}
+
+
+@pytest.mark.slow
+def test_darknet_yolov3_tiny_train_step_perturbed_names_layer():
+    r, report = train_dog(ROOT / "cfg" / "yolov3-tiny.cfg", tiny_weights(), "--perturb", "13:100")
+    assert r.exit_code == 1
+    f = report["first_failure"]
+    assert f["layer"] == 13
+    fails = {(row["layer"], row["tensor"]) for row in report["rows"]
+             if row["judged"] and not row["ok"]}
+    assert {(13, "output"), (13, "delta into 12")} <= fails
+    assert {row[0] for row in fails} == {13}
+
+
+@pytest.mark.slow
+def test_darknet_yolov2_tiny_train_step_on_dog_passes(yolov2_tiny_weights):
+    r, report = train_dog(ROOT / "cfg" / "yolov2-tiny.cfg", yolov2_tiny_weights)
+    assert r.exit_code == 0, report["verdict"]
+    assert report["scalars"]["did_update"]["darknet"] in (0, 1)
+    assert any(row["type"] == "region" and row["tensor"] == "delta" and row["own_ratio"] is not None
+               for row in report["rows"])
+
+
+@pytest.mark.slow
+def test_darknet_yolov2_tiny_perturbed_names_layer_forward_and_train(yolov2_tiny_weights):
+    cfg = ROOT / "cfg" / "yolov2-tiny.cfg"
+    r, report = train_dog(cfg, yolov2_tiny_weights, "--perturb", "8:10")
+    assert r.exit_code == 1 and report["first_failure"]["layer"] == 8
+    r = cli("--darknet", darknet_dir(), cfg, yolov2_tiny_weights, DATA / "dog.jpg",
+            "--perturb", "8:10")
+    assert r.exit_code == 1 and "first difference at layer 8 (convolutional) output" in r.output
+
+
+# -- a recorded C train step of yolov3-tiny (official weights, 64x64, dog.jpg) -----------------
+
+RECORDED = ROOT / "tests" / "fixtures" / "parity" / "yolov3-tiny-64-trainstep.npz"
+
+
+@pytest.fixture(scope="module")
+def tiny64(tmp_path_factory):
+    cfg = tmp_path_factory.mktemp("cfg") / "yolov3-tiny-64.cfg"
+    text = (ROOT / "cfg" / "yolov3-tiny.cfg").read_text()
+    cfg.write_text(re.sub(r"(?m)^(width|height)=\d+", r"\1=64", text))
+    return cfg, tiny_weights()
+
+
+def test_recorded_yolov3_tiny_train_step_passes_per_layer(tiny64):
+    report, _, _ = compare_npz(RECORDED, *tiny64)
+    assert report.passed, report.verdict()
+    own = [r for r in report.rows if r.own_ratio is not None]
+    tensors = {r.tensor for r in own}
+    assert {"output", "mean", "variance", "delta", "weight_updates", "bias_updates",
+            "scale_updates", "delta into 12", "weights step", "cost"} <= tensors
+    assert max(r.own_ratio for r in own) < 0.5
+    assert len(own) > 130
+
+
+def test_recorded_yolov3_tiny_perturbed_names_layer(tiny64):
+    report, _, _ = compare_npz(RECORDED, *tiny64, perturb="4:7")
+    f = report.first_failure
+    assert f.layer == 4 and not report.passed
+    assert {r.layer for r in report.rows if r.judged and not r.ok} == {4}
+    assert any(r.tensor == "output" and r.layer == 4 and r.own_ratio > 1 for r in report.rows)

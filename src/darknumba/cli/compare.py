@@ -26,7 +26,8 @@ def compare(
         "--train", help="one train_network_datum step: deltas, gradients, updated weights")] = False,
     truth: Annotated[Optional[Path], typer.Option(
         "--truth", exists=True, dir_okay=False,
-        help="truth for --train: raw float32 / .npy (batch x truths), or yolo labels .txt "
+        help="truth for --train: raw float32 / .npy (batch x truths), or labels .txt for yolo "
+             "and region networks "
              "(class x y w h, relative to the network input)")] = None,
     batch: Annotated[Optional[int], typer.Option(
         min=1, help="images per pass (default: 1 forward, the cfg's batch/subdivisions with "

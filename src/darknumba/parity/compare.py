@@ -172,14 +172,14 @@ def _fit(a: np.ndarray, per_image: int, batch: int, path, what: str) -> np.ndarr
 
 
 def read_truth(path, net) -> np.ndarray:
-    """--truth: raw float32 / .npy (batch x truths, or one image's truths), or for a yolo net a
-    Darknet label file (`class x y w h` per line, relative to the network input)."""
+    """--truth: raw float32 / .npy (batch x truths, or one image's truths), or for a yolo or
+    region net a Darknet label file (`class x y w h` per line, relative to the network input)."""
     path = Path(path)
     if path.suffix == ".txt":
         last = net.layers[-1]
-        if last.type != "yolo":
-            raise DarknumbaError(f"{path}: label .txt files are read for [yolo] networks only; "
-                                 f"give the truth as raw float32 or .npy")
+        if last.type not in ("yolo", "region"):     # both read (x, y, w, h, class) per box
+            raise DarknumbaError(f"{path}: label .txt files are read for [yolo] and [region] "
+                                 f"networks only; give the truth as raw float32 or .npy")
         t = np.zeros(net.truths, np.float32)
         rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip()]
         for k, row in enumerate(rows[: net.truths // 5]):

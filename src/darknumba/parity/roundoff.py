@@ -262,6 +262,11 @@ class LayerBounds:
 
     def lin_scale_updates(self, ref):
         d, xn = self._delta_act(), self.r("x_norm")
+        if xn is None and self._y() is not None and self.r("mean") is not None:
+            y, v = self._y(), self.r("variance")       # C's x_norm from its x and statistics
+            xn = ((y - np.asarray(self.r("mean"), np.float64)[:, None])
+                  / bn_divisor(self.l, v)[:, None])
+            xn = xn.reshape(_channels(self.l)[0], self.l.batch, -1).transpose(1, 0, 2).reshape(-1)
         if d is None or xn is None or np.size(xn) != d.size:
             return None
         t = _per_channel(d * np.abs(np.asarray(xn, np.float64)), self.l).sum(axis=1)
