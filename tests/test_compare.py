@@ -127,10 +127,15 @@ def test_darknet_tree_errors(tmp_path, monkeypatch):
         DarknetTree.locate(tmp_path)
     (tmp_path / "include").mkdir()
     h = tmp_path / "include" / "darknet.h"
-    h.write_text("#define LIB_API\nLIB_API network *load_network_custom(char *cfg, char *w, "
-                 "int clear, int batch);\n")
-    with pytest.raises(DarknumbaError, match="AlexeyAB"):
+    h.write_text("typedef struct DarknetNetwork_ *DarknetNetworkPtr;\n")
+    with pytest.raises(DarknumbaError, match="hank-ai.*not supported"):
         DarknetTree.locate(tmp_path)
+    h.write_text("#define LIB_API\nLIB_API network *load_network_custom(char *cfg, char *w, "
+                 "int clear, int batch);\ntypedef struct network_state {int train;} network_state;\n")
+    (tmp_path / "libdarknet.so").write_bytes(b"")
+    tree = DarknetTree.locate(tmp_path)
+    assert tree.kind == "alexeyab" and tree.shim_source.name == "compare_shim_ab.c"
+    (tmp_path / "libdarknet.so").unlink()
     h.write_text("struct layer{int batch;};\nfloat train_network_datum(network *net);\n")
     (tmp_path / "libdarknet.a").write_bytes(b"")
     with pytest.raises(DarknumbaError, match="no libdarknet.so.*libdarknet.a"):
@@ -391,3 +396,42 @@ def test_recorded_yolov3_tiny_perturbed_names_layer(tiny64):
     assert f.layer == 4 and not report.passed
     assert {r.layer for r in report.rows if r.judged and not r.ok} == {4}
     assert any(r.tensor == "output" and r.layer == 4 and r.own_ratio > 1 for r in report.rows)
+
+
+# -- an AlexeyAB build (DARKNET_AB_DIR) ------------------------------------------------------------
+
+def darknet_ab_dir() -> Path:
+    d = os.environ.get("DARKNET_AB_DIR")
+    if not d:
+        pytest.skip("DARKNET_AB_DIR is not set (point it at an AlexeyAB darknet tree built with "
+                    "`make LIBSO=1`); the recorded AlexeyAB fixtures are tested in test_ab_*")
+    return Path(d)
+
+
+def yolov4_tiny():
+    d = Path(os.environ.get("DARKNUMBA_YOLOV4_TINY", ROOT / "weights"))
+    weights = d / "yolov4-tiny.weights"
+    cfg = next((p for p in (ROOT / "cfg" / "yolov4-tiny.cfg", d / "yolov4-tiny.cfg")
+                if p.exists()), ROOT / "cfg" / "yolov4-tiny.cfg")
+    if not cfg.exists() or not weights.exists():
+        pytest.skip(f"yolov4-tiny cfg or official weights not found ({cfg}, {weights})")
+    return cfg, weights
+
+
+@pytest.mark.slow
+def test_alexeyab_yolov4_tiny_dog_every_layer_within_1e4():
+    dk = darknet_ab_dir()
+    cfg, weights = yolov4_tiny()
+    r = cli("--darknet", dk, cfg, weights, DATA / "dog.jpg", "--json")
+    report = json.loads(r.stdout[r.stdout.index("{"):])
+    assert r.exit_code == 0, report["verdict"]
+    assert report["reference"].startswith("AlexeyAB darknet")
+    outputs = [row for row in report["rows"] if row["tensor"] == "output"]
+    assert len(outputs) == 38 and all(row["own_rel"] <= 1e-4 for row in outputs)
+
+
+@pytest.mark.slow
+def test_alexeyab_yolov4_tiny_perturbed_names_layer():
+    cfg, weights = yolov4_tiny()
+    r = cli("--darknet", darknet_ab_dir(), cfg, weights, DATA / "dog.jpg", "--perturb", "10:5")
+    assert r.exit_code == 1 and "first difference at layer 10 (convolutional) output" in r.output

@@ -192,9 +192,9 @@ def read_truth(path, net) -> np.ndarray:
     return _fit(read_floats(path, "truth"), net.truths, net.batch, path, "truth")
 
 
-def _load(cfg, weights, batch, perturb, log):
+def _load(cfg, weights, batch, perturb, log, dialect="pjreddie"):
     from ..parser import load_network
-    net = load_network(cfg, weights, batch=batch, compat="darknet-cpu")
+    net = load_network(cfg, weights, batch=batch, compat="darknet-cpu", dialect=dialect)
     if perturb:
         msg = perturb_weight(net, perturb)
         if log:
@@ -215,7 +215,7 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
         raise DarknumbaError("give an IMAGE (or input tensor file) or --random-input, not both")
     if train and truth is None:
         raise DarknumbaError("--train needs --truth FILE (raw float32, .npy, or labels .txt)")
-    probe = parse_network_cfg(cfg)
+    probe = parse_network_cfg(cfg, dialect=tree.kind)
     x = None
     is_image = image is not None and Path(image).suffix.lower() in IMAGE_SUFFIXES
     if image is not None and not is_image:
@@ -224,7 +224,7 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
             batch = max(x.size // probe.inputs, 1)
     if batch is None:
         batch = probe.batch if train else 1
-    net = _load(cfg, weights, batch, perturb, log)
+    net = _load(cfg, weights, batch, perturb, log, tree.kind)
     if x is not None:
         x = _fit(x, net.inputs, net.batch, image, "input")
     elif random_input:
@@ -237,16 +237,20 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
     if is_image:
         ours["letterbox"] = _our_letterbox(image, net)
     meta = ref.pop("meta")
-    replayed = _load(cfg, weights, net.batch, perturb, None)
-    report = _report(f"C darknet at {tree.root}", cfg, weights, mode, tol, ours, ref, meta, net,
+    replayed = _load(cfg, weights, net.batch, perturb, None, tree.kind)
+    report = _report(f"{'AlexeyAB' if tree.kind == 'alexeyab' else 'C'} darknet at {tree.root}", cfg, weights, mode, tol, ours, ref, meta, net,
                      replayed, t)
     ref["meta"] = meta
     return report, ours, ref
 
 
 def _our_letterbox(image, net) -> np.ndarray:
-    from ..vision.image import letterbox_image, load_image_color
-    one = letterbox_image(load_image_color(image), net.w, net.h).reshape(-1)
+    """What our detector feeds the network (as the shim does darknet's): pjreddie letterboxes;
+    AlexeyAB resizes unless [net] letter_box=1."""
+    from ..vision.image import letterbox_image, load_image_color, resize_image
+    fit = resize_image if net.dialect == "alexeyab" and not getattr(net, "letter_box", 0) \
+        else letterbox_image
+    one = fit(load_image_color(image), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)
 
 
@@ -268,7 +272,8 @@ def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
     if "input" not in ref:
         raise DarknumbaError(f"--npz {npz}: no `input` tensor to run darknumba on")
     batch = manifest.get("net", {}).get("batch") or run.get("batch")
-    net = _load(cfg, weights, batch, perturb, log)
+    dialect = run.get("dialect", "pjreddie")
+    net = _load(cfg, weights, batch, perturb, log, dialect)
     truth = ref.get("truth") if mode != "forward_test" else None
     if mode == "forward_test":      # test mode computes no cost
         ref = {k: v for k, v in ref.items() if not k.endswith("cost")}
@@ -277,7 +282,7 @@ def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
     ref_run = {**steps[0], **{k: v for k, v in run.items() if k != "steps"}}
     ref_run.setdefault("seen_after", None)
     meta = {"run": ref_run, "layers": manifest.get("layers", []), "net": manifest.get("net", {})}
-    replayed = _load(cfg, weights, batch, perturb, None)
+    replayed = _load(cfg, weights, batch, perturb, None, dialect)
     report = _report(str(npz), cfg, weights, mode, tol, ours, ref, meta, net, replayed, truth)
     return report, ours, ref
 

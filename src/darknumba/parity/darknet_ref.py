@@ -1,6 +1,8 @@
-"""The C darknet side of `darknumba compare`: a user's own pjreddie darknet build, driven through
-our shim (`compare_shim.c`, compiled at run time against their `include/darknet.h` and linked to
-their `libdarknet.so`, cached under ~/.cache/darknumba by the hashes of both).
+"""The C darknet side of `darknumba compare`: a user's own pjreddie or AlexeyAB darknet build,
+driven through our shim (`compare_shim.c`, or `compare_shim_ab.c` for AlexeyAB's API), compiled
+at run time against their `include/darknet.h` and linked to their `libdarknet.so`, cached under
+~/.cache/darknumba by the hashes of both. hank-ai's builds (an opaque public header) are
+refused.
 
 C darknet calls ``exit()`` on bad input (``file_error``, ``error``), so it always runs in a
 child process (``python -m darknumba.parity.darknet_ref JOB.json``) that writes its tensors to an
@@ -26,6 +28,7 @@ import numpy as np
 from ..errors import DarknumbaError
 
 SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
+SHIM_SOURCES = {"pjreddie": SHIM_SOURCE, "alexeyab": Path(__file__).with_name("compare_shim_ab.c")}
 # Fields read from each layer, by run mode (names of darknet's `layer` struct members).
 FORWARD_FIELDS = ("output",)
 TRAIN_FORWARD_FIELDS = ("mean", "variance", "output", "delta", "cost", "rolling_mean",
@@ -55,12 +58,18 @@ def _sha256(*blobs: bytes) -> str:
 
 @dataclass
 class DarknetTree:
-    """A built pjreddie darknet: DIR/include/darknet.h and DIR/libdarknet.so."""
+    """A built darknet: DIR/include/darknet.h and DIR/libdarknet.so; kind "pjreddie" or
+    "alexeyab" (the dialect its numbers follow)."""
     root: Path
     header: Path
     library: Path
     gpu: bool = False
     cudnn: bool = False
+    kind: str = "pjreddie"
+
+    @property
+    def shim_source(self) -> Path:
+        return SHIM_SOURCES[self.kind]
 
     @classmethod
     def locate(cls, root) -> "DarknetTree":
@@ -74,14 +83,14 @@ class DarknetTree:
                                  f"source tree (clone https://github.com/pjreddie/darknet, run "
                                  f"`make` in it and pass that folder)")
         text = header.read_text(errors="replace")
-        if "load_network_custom" in text or "LIB_API" in text:
+        kind = tree_kind(root, text)
+        if kind == "hank-ai":
             raise DarknumbaError(
-                f"--darknet {root}: this is AlexeyAB's darknet fork (its darknet.h declares "
-                f"load_network_custom/LIB_API), whose network and layer structs and training "
-                f"semantics differ from pjreddie's. compare drives pjreddie/darknet builds only "
-                f"(https://github.com/pjreddie/darknet, stock Makefile); to check against other "
-                f"builds, record their tensors in an .npz and use --npz")
-        if "train_network_datum" not in text or "struct layer" not in text:
+                f"--darknet {root}: this is hank-ai's Darknet (V3 and later), whose public "
+                f"darknet.h keeps the network opaque, so compare cannot read its layers; it is "
+                f"not supported. Use an AlexeyAB/darknet or pjreddie/darknet build, or record "
+                f"tensors in an .npz and use --npz")
+        if kind == "pjreddie" and ("train_network_datum" not in text or "struct layer" not in text):
             raise DarknumbaError(f"--darknet {root}: include/darknet.h does not declare "
                                  f"pjreddie's network API (train_network_datum, struct layer)")
         library = root / "libdarknet.so"
@@ -92,11 +101,22 @@ class DarknetTree:
                                  f"that folder{hint}")
         blob = library.read_bytes()
         return cls(root, header, library, gpu=b"forward_network_gpu\x00" in blob,
-                   cudnn=b"cudnn_convolutional_setup\x00" in blob)
+                   cudnn=b"cudnn_convolutional_setup\x00" in blob, kind=kind)
 
     def key(self) -> str:
         return _sha256(self.library.read_bytes(), self.header.read_bytes(),
-                       SHIM_SOURCE.read_bytes())[:20]
+                       self.shim_source.read_bytes())[:20]
+
+
+def tree_kind(root: Path, header_text: str) -> str:
+    """Which darknet DIR is: "hank-ai" (an opaque public header: DarknetNetworkPtr, no layer
+    struct), "alexeyab" (LIB_API, load_network_custom, network_state) or "pjreddie"."""
+    if "DarknetNetworkPtr" in header_text or "Darknet::" in header_text or (
+            "struct layer" not in header_text and (root / "src-lib").is_dir()):
+        return "hank-ai"
+    if "load_network_custom" in header_text or "network_state" in header_text:
+        return "alexeyab"
+    return "pjreddie"
 
 
 def find_compiler() -> str:
@@ -120,7 +140,7 @@ def compile_shim(tree: DarknetTree, log=None) -> Path:
         flags += ["-DGPU", "-I/usr/local/cuda/include"] + (["-DCUDNN"] if tree.cudnn else [])
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [cc, *flags, str(SHIM_SOURCE), "-o", tmp, f"-L{tree.root}", "-ldarknet",
+    cmd = [cc, *flags, str(tree.shim_source), "-o", tmp, f"-L{tree.root}", "-ldarknet",
            f"-Wl,-rpath,{tree.root}", "-lm", "-pthread"]
     if log:
         log(f"compiling the darknet shim: {' '.join(cmd)}")
@@ -169,6 +189,7 @@ def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=Non
         with np.load(tmp / "out.npz") as data:
             out = {k: data[k] for k in data.files}
     meta = json.loads(str(out.pop("meta_json")))
+    meta["run"]["dialect"] = tree.kind
     meta["stdout"] = r.stdout
     meta["stderr_tail"] = r.stderr.strip().splitlines()[-5:]
     out["meta"] = meta
