@@ -14,7 +14,7 @@ import darknumba as dn
 from darknumba.cli import app
 from darknumba.errors import DarknumbaError
 from darknumba.parity.compare import compare_npz
-from darknumba.parity.darknet_ref import DarknetTree, find_compiler, run_darknet
+from darknumba.parity.darknet_ref import DarknetTree, find_compiler, run_darknet, tree_kind
 from darknumba.parity.roundoff import abs_terms, recursive_sum_bound, sum_tol
 from darknumba.parity.tensordiff import diff, term_scale
 
@@ -136,7 +136,9 @@ def test_darknet_tree_errors(tmp_path, monkeypatch):
     tree = DarknetTree.locate(tmp_path)
     assert tree.kind == "alexeyab" and tree.shim_source.name == "compare_shim_ab.c"
     (tmp_path / "libdarknet.so").unlink()
-    h.write_text("struct layer{int batch;};\nfloat train_network_datum(network *net);\n")
+    h.write_text("struct layer{int batch;};\nfloat train_network_datum(network *net);\n"
+                 "void reset_network_state(network *net, int b);\n")
+    assert tree_kind(tmp_path, h.read_text()) == "pjreddie"
     (tmp_path / "libdarknet.a").write_bytes(b"")
     with pytest.raises(DarknumbaError, match="no libdarknet.so.*libdarknet.a"):
         DarknetTree.locate(tmp_path)

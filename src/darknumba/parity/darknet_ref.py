@@ -110,11 +110,12 @@ class DarknetTree:
 
 def tree_kind(root: Path, header_text: str) -> str:
     """Which darknet DIR is: "hank-ai" (an opaque public header: DarknetNetworkPtr, no layer
-    struct), "alexeyab" (LIB_API, load_network_custom, network_state) or "pjreddie"."""
+    struct), "alexeyab" (LIB_API, load_network_custom, its network_state struct) or
+    "pjreddie"."""
     if "DarknetNetworkPtr" in header_text or "Darknet::" in header_text or (
             "struct layer" not in header_text and (root / "src-lib").is_dir()):
         return "hank-ai"
-    if "load_network_custom" in header_text or "network_state" in header_text:
+    if "load_network_custom" in header_text or "struct network_state" in header_text:
         return "alexeyab"
     return "pjreddie"
 
