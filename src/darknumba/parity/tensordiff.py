@@ -10,6 +10,12 @@ A tensor passes when max |ours - darknet| <= tol * max |darknet| (the scale at l
 a gradient that is a sum of cancelling terms is judged per entry against the sum of |terms|
 (`term_scales`). Parameters after an update are compared as the step they took (after -
 before), so a wrong learning rate is not hidden behind the size of the weights.
+
+That is the *propagated* figure: both networks run end to end, so a layer also inherits the
+float32 rounding of every layer before it (C's long one-by-one sums drift by more than 1e-4).
+Where the layer was also replayed on C's own inputs (replay.py), the row carries the
+*per-layer* figure too, judged against the rounding its own reductions allow (roundoff.py),
+and that figure decides the row.
 """
 from __future__ import annotations
 
@@ -44,6 +50,13 @@ class Row:
     ok: bool
     note: str = ""
     judged: bool = True      # False: shown for information, never fails the comparison
+    # the per-layer figure: the layer replayed on C's own inputs (replay.py), its max |diff|,
+    # that over max |C|, the worst |diff| / tolerance over the entries (roundoff.py) and the
+    # longest reduction behind the tolerance. When present, `ok` is own_ratio <= 1.
+    own_abs: float | None = None
+    own_rel: float | None = None
+    own_ratio: float | None = None
+    own_K: int | None = None
 
 
 def diff(ours, ref, terms=None) -> tuple[float, float]:
@@ -211,16 +224,91 @@ def _shape_of(layer, fieldname: str, n: int) -> str:
     return str(n)
 
 
+def own_figures(own_value, ref_value, bound) -> tuple[float, float, float, int]:
+    """(max |diff|, max |diff| / max |ref|, worst |diff| / tau, K) of a per-layer replay
+    against C, with bound = (tau per entry or scalar, K) from roundoff.LayerBounds."""
+    tau, K = bound
+    a = np.asarray(own_value, np.float64).reshape(-1)
+    b = np.asarray(ref_value, np.float64).reshape(-1)
+    d = np.abs(a - b)
+    same = (np.isnan(a) & np.isnan(b)) | (a == b)
+    d = np.where(same, 0.0, np.where(np.isfinite(d), d, np.inf))
+    t = np.broadcast_to(np.asarray(tau, np.float64).reshape(-1) if np.ndim(tau) else tau, d.shape)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(d == 0, 0.0, d / np.maximum(t, 1e-38))
+    scale = max(float(np.max(np.abs(b[np.isfinite(b)]), initial=0.0)), SCALE_FLOOR)
+    dmax = float(d.max()) if d.size else 0.0
+    return dmax, dmax / scale, float(ratio.max()) if d.size else 0.0, int(K)
+
+
+def _own_key(key: str) -> tuple[int | None, str] | None:
+    """(layer, LayerBounds field) of a C tensor key: L012_output -> (12, "output"),
+    after_L012_weights -> (12, "after_weights"), cost -> (None, "cost")."""
+    if key == "cost":
+        return None, "cost"
+    m = OWN_KEY.match(key)
+    if not m:
+        return None
+    return int(m.group(2)), (m.group(1) or "") + m.group(3)
+
+
+OWN_KEY = re.compile(r"^(after_)?L(\d{3})_([a-z_]+(?:_\d{3})?)$")
+BWD_OUT = re.compile(r"^L(\d{3})_bwd_out_(\d{3})$")
+
+
 def compare_tensors(ours: dict, ref: dict, layers, tol: float = DEFAULT_TOL,
                     ref_types: list[str] | None = None,
-                    factors: dict | None = None) -> tuple[list[Row], list[str]]:
+                    factors: dict | None = None, own: dict | None = None,
+                    bounds=None) -> tuple[list[Row], list[str]]:
     """Rows for every tensor both sides hold, in the order darknet computes them: the input,
     loaded parameters, forward (layer 0 up), backward (last layer down), update (layer 0 up).
-    `layers`: darknumba's layers (types and shapes). `factors`: the update's "after"
-    (momentum), "decay_batch" (decay * cfg batch) and "step" (rate / cfg batch), which carry
-    term_scales over to the momentum buffers and the parameter steps. Returns (rows, keys only
-    ref has)."""
-    factors = factors or {}
+    `layers`: darknumba's layers (types and shapes). `factors`: what turns a gradient into the
+    momentum buffer ("after": momentum, "decay_batch": decay * cfg batch) and into the
+    parameter step ("step": rate / cfg batch), to carry term_scales over to those rows. `own`: darknumba's layers replayed on C's inputs
+    (replay.py, same keys as ref, plus L###_bwd_out_### for the deltas a backward adds into)
+    and `bounds(layer, field)` -> (tau, K) or None: where both are there, a row is judged on
+    its per-layer figure. Returns (rows, keys only ref has)."""
+    rows, missing = _propagated_rows(ours, ref, layers, tol, ref_types, factors or {})
+    if own is None or bounds is None:
+        return rows, missing
+    judged, last_backward = [], {}
+    for r, key in rows:
+        k = _own_key(key) if key else None
+        if k is not None and key in own and key in ref and np.size(own[key]) == np.size(ref[key]):
+            b = bounds(*k)
+            if b is not None:
+                r.own_abs, r.own_rel, r.own_ratio, r.own_K = own_figures(own[key], ref[key], b)
+                r.ok, r.note = r.own_ratio <= 1.0, ("" if r.own_ratio <= 1.0 else r.note)
+        m = KEY.match(key or "")
+        if m and not m.group(1) and m.group(3) in BACKWARD_ORDER and any(
+                k.startswith("after_") for k in ref):
+            last_backward[r.layer] = len(judged)
+        judged.append(r)
+    for i, at in sorted(last_backward.items(), key=lambda kv: -kv[1]):   # after each layer's
+        at += 1                                                           # backward rows
+        judged[at:at] = _input_gradient_rows(i, own, ref, layers, bounds)
+    return judged, missing
+
+
+def _input_gradient_rows(i, own, ref, layers, bounds) -> list[Row]:
+    """Per-layer rows for the deltas layer i's backward added into (its input gradient)."""
+    rows = []
+    for key in sorted(k for k in own if k.startswith(f"L{i:03d}_bwd_out_")):
+        j = int(key[-3:])
+        r = ref.get(key, ref.get(f"L{j:03d}_delta_in") if j == i - 1 else None)
+        b = bounds(i, key[5:]) if r is not None and np.size(r) == np.size(own[key]) else None
+        if b is None:
+            continue
+        a, rel, ratio, K = own_figures(own[key], r, b)
+        layer = layers[i] if i < len(layers) else None
+        rows.append(Row(i, layer.type if layer is not None else "?", f"delta into {j}",
+                        _shape_of(layers[j] if j < len(layers) else None, "delta", np.size(r)),
+                        math.nan, math.nan, ratio <= 1.0, "", True, a, rel, ratio, K))
+    return rows
+
+
+def _propagated_rows(ours: dict, ref: dict, layers, tol: float, ref_types, factors: dict):
+    """(Row, C key) pairs of the propagated figures (see compare_tensors)."""
     S = term_scales(ref, layers, factors.get("after"), factors.get("decay_batch", 0.0))
     step = factors.get("step")
     def ltype(i):
@@ -232,15 +320,15 @@ def compare_tensors(ours: dict, ref: dict, layers, tol: float = DEFAULT_TOL,
     train_step = any(k.startswith("after_") for k in ref)   # else delta is forward's loss delta
     l0 = layers[0] if layers else None
     input_shape = f"{l0.batch}x{l0.c}x{l0.h}x{l0.w}" if l0 is not None else ""
-    plan = []       # (sort key, layer, tensor name, ours value, ref value, field, sums of |terms|)
+    plan = []  # (sort key, layer, tensor name, ours value, ref value, field, sums of |terms|, key)
     not_compared = []
     for key in ref:
         m = KEY.match(key)
         if key == "input" and "letterbox" in ours:     # information: both ran on ref's input
-            plan.append(((0, 0, 0), None, "letterbox", ours["letterbox"], ref[key], "input", None))
+            plan.append(((0, 0, 0), None, "letterbox", ours["letterbox"], ref[key], "input", None, key))
             continue
         if key == "cost" and key in ours:                # the mean cost of the loss layers
-            plan.append(((2, n, 0), None, key, ours[key], ref[key], key, None))
+            plan.append(((2, n, 0), None, key, ours[key], ref[key], key, None, key))
             continue
         if not m:
             continue
@@ -248,7 +336,7 @@ def compare_tensors(ours: dict, ref: dict, layers, tol: float = DEFAULT_TOL,
         if prefix == "before":
             if f in STEP_PARAMS and key in ours:
                 plan.append(((1, i, STEP_PARAMS.index(f)), i, f"loaded {f}", ours[key], ref[key], f,
-                             None))
+                             None, key))
             continue
         if prefix == "after":
             if f not in AFTER_FIELDS:
@@ -265,9 +353,9 @@ def compare_tensors(ours: dict, ref: dict, layers, tol: float = DEFAULT_TOL,
                 grad = S.get(f"L{i:03d}_" + {"weights": "weight_updates", "biases": "bias_updates",
                                              "scales": "scale_updates"}[f])
                 terms = None if grad is None or step is None else step * grad
-                plan.append((order, i, f"{f} step", a, r, f, terms))
+                plan.append((order, i, f"{f} step", a, r, f, terms, key))
             else:
-                plan.append((order, i, f"{f} after", ours[key], ref[key], f, S.get(key)))
+                plan.append((order, i, f"{f} after", ours[key], ref[key], f, S.get(key), key))
             continue
         if f not in FORWARD_ORDER + BACKWARD_ORDER:
             continue
@@ -276,31 +364,32 @@ def compare_tensors(ours: dict, ref: dict, layers, tol: float = DEFAULT_TOL,
             continue
         if f in BACKWARD_ORDER and (f != "delta" or train_step):
             plan.append(((3, n - i, BACKWARD_ORDER.index(f)), i, f, ours[key], ref[key], f,
-                         S.get(key)))
+                         S.get(key), key))
         else:
-            plan.append(((2, i, FORWARD_ORDER.index(f)), i, f, ours[key], ref[key], f, S.get(key)))
+            plan.append(((2, i, FORWARD_ORDER.index(f)), i, f, ours[key], ref[key], f, S.get(key),
+                         key))
     rows = []
-    for _, i, name, a, b, f, terms in sorted(plan, key=lambda p: p[0]):
+    for _, i, name, a, b, f, terms, key in sorted(plan, key=lambda p: p[0]):
         layer = layers[i] if i is not None and i < len(layers) else None
         t = "network" if i is None else ltype(i)
         if ref_types and i is not None and i < len(ref_types) and ref_types[i] != t:
-            rows.append(Row(i, t, name, "", math.inf, math.inf, False,
-                            f"darknet has [{ref_types[i]}] here"))
+            rows.append((Row(i, t, name, "", math.inf, math.inf, False,
+                             f"darknet has [{ref_types[i]}] here"), key))
             continue
         if np.size(a) != np.size(b):
-            rows.append(Row(i, t, name, "", math.inf, math.inf, False,
-                            f"darknumba has {np.size(a)} values, darknet {np.size(b)}"))
+            rows.append((Row(i, t, name, "", math.inf, math.inf, False,
+                             f"darknumba has {np.size(a)} values, darknet {np.size(b)}"), key))
             continue
         if terms is not None and np.size(terms) != np.size(b):     # another network's layers
             terms = None
         d, r = diff(a, b, terms)
         if name == "letterbox":
-            rows.append(Row(i, t, name, input_shape, d, r, r <= tol, "image decoding and resize; "
-                            "both networks ran on darknet's tensor", judged=False))
+            rows.append((Row(i, t, name, input_shape, d, r, r <= tol, "image decoding and "
+                             "resize; both networks ran on darknet's tensor", judged=False), key))
             continue
         note = "" if r <= tol else kink_note(i, layer, ours, ref) if f == "delta" else \
             sum_note(layer, tol) if f in ("mean", "variance") else ""
-        rows.append(Row(i, t, name, _shape_of(layer, f, np.size(b)), d, r, r <= tol, note))
+        rows.append((Row(i, t, name, _shape_of(layer, f, np.size(b)), d, r, r <= tol, note), key))
     return rows, sorted(not_compared)
 
 
