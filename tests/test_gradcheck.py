@@ -132,14 +132,22 @@ def test_connected_batchnorm(tmp_path):
     assert_small(fd_errors(net, rng), TOL_BN, "connected+BN")
 
 
-@pytest.mark.parametrize("act", sorted(a for a in ACTIVATIONS if a != "stair"))
+# AlexeyAB's gradients that are not the derivative of its forward pass (gelu's formula taken
+# at the output, the normalize_channels family): checked against its formulas in test_ab_layers
+NOT_DERIVATIVES = ("stair", "gelu", "normalize_channels", "normalize_channels_softmax",
+                   "normalize_channels_softmax_maxval")
+
+
+@pytest.mark.parametrize("act", sorted(a for a in ACTIVATIONS if a not in NOT_DERIVATIVES))
 def test_activation_gradients(tmp_path, act):
-    """gradient_array (evaluated on the output) for every activation with a derivative;
-    stair's is 0 almost everywhere, as is Darknet's gradient except on integers. Activations
-    with a kink near the inputs get a step of 1e-4 so that few outputs cross it."""
+    """gradient_array (evaluated on the output, or on what the forward pass kept for swish and
+    the mishes) for every activation with a derivative; stair's is 0 almost everywhere, as is
+    Darknet's gradient except on integers. Activations with a kink near the inputs get a step
+    of 1e-4 so that few outputs cross it."""
     body = f"[convolutional]\nfilters=4\nsize=1\nstride=1\npad=1\nactivation={act}\n"
     net, rng = build(tmp_path, body, w=5, h=5)
-    smooth = act in ("logistic", "tanh", "loggy", "elu", "linear", "plse")  # plse: kinks at ±4
+    smooth = act in ("logistic", "tanh", "loggy", "elu", "linear", "plse",  # plse: kinks at ±4
+                     "swish", "mish")
     assert_small(fd_errors(net, rng, h=1e-2 if smooth else 1e-4), TOL, act)
 
 

@@ -168,7 +168,14 @@ NAIVE_ACT = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(act.ACTIVATIONS))
+def test_every_activation_has_a_reference():
+    """pjreddie's activations here; AlexeyAB's additions in test_ab_layers."""
+    ab = {"relu6", "revleaky", "gelu", "swish", "mish", "hard_mish", "normalize_channels",
+          "normalize_channels_softmax", "normalize_channels_softmax_maxval"}
+    assert set(act.ACTIVATIONS) == set(NAIVE_ACT) | ab
+
+
+@pytest.mark.parametrize("name", sorted(NAIVE_ACT))
 def test_activation_forward_and_gradient(name):
     x = np.concatenate([rand(500) * 5, np.array([0, 1, -1, 4.5, -4.5, 2.5, -2.5], np.float32)])
     y = x.copy()

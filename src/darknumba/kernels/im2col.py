@@ -189,3 +189,56 @@ def _add_shifted_block(data_im, im_base, data_col, base, keep, height, width, he
     dst = data_im[dst_lo:dst_lo + hi - lo]
     for i in range(hi - lo):
         dst[i] += src[i] if k[i] else np.float32(0.0)
+
+
+@njit(cache=True, inline="always")
+def dilated_out_size(size, ksize, stride, pad, dilation):
+    """im2col_cpu_ext's output size: (size + 2*pad - (dilation*(ksize-1) + 1)) / stride + 1."""
+    return (size + 2 * pad - (dilation * (ksize - 1) + 1)) // stride + 1
+
+
+@njit(parallel=True, cache=True)
+def im2col_dilated_cpu(data_im, channels, height, width, ksize, stride, pad, dilation, data_col):
+    """AlexeyAB's im2col_cpu_ext (square kernel, one stride and dilation): row (c_im, ky, kx),
+    column (h, w) holds pixel (h*stride - pad + ky*dilation, w*stride - pad + kx*dilation) of
+    channel c_im, 0 outside the image. `pad` counts input pixels (AlexeyAB passes pad*dilation)."""
+    height_col = dilated_out_size(height, ksize, stride, pad, dilation)
+    width_col = dilated_out_size(width, ksize, stride, pad, dilation)
+    n = height_col * width_col
+    for c in prange(channels * ksize * ksize):
+        c_im = c // (ksize * ksize)
+        ky = (c // ksize) % ksize
+        kx = c % ksize
+        plane = c_im * height * width
+        for h in range(height_col):
+            row = c * n + h * width_col
+            y = h * stride - pad + ky * dilation
+            for w in range(width_col):
+                x = w * stride - pad + kx * dilation
+                if 0 <= y < height and 0 <= x < width:
+                    data_col[row + w] = data_im[plane + y * width + x]
+                else:
+                    data_col[row + w] = 0.0
+
+
+@njit(parallel=True, cache=True)
+def col2im_dilated_cpu(data_col, channels, height, width, ksize, stride, pad, dilation, data_im):
+    """The adjoint of im2col_dilated_cpu (AlexeyAB's col2im_cpu_ext): *adds* each column entry
+    into its pixel. Parallel over channels, each owning its plane."""
+    height_col = dilated_out_size(height, ksize, stride, pad, dilation)
+    width_col = dilated_out_size(width, ksize, stride, pad, dilation)
+    n = height_col * width_col
+    for c_im in prange(channels):
+        plane = c_im * height * width
+        for kk in range(ksize * ksize):
+            ky = kk // ksize
+            kx = kk % ksize
+            base = (c_im * ksize * ksize + kk) * n
+            for h in range(height_col):
+                y = h * stride - pad + ky * dilation
+                if y < 0 or y >= height:
+                    continue
+                for w in range(width_col):
+                    x = w * stride - pad + kx * dilation
+                    if 0 <= x < width:
+                        data_im[plane + y * width + x] += data_col[base + h * width_col + w]

@@ -4,8 +4,7 @@ Backward multiplies by act'(output) and *copies* into the previous delta in Dark
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
 from ..kernels.blas import copy_cpu
 from .base import DEFAULT_QUIRKS, Layer
-from .common import pass_delta
-from .convolutional import get_activation
+from .common import get_activation, pass_delta
 
 
 class ActivationLayer(Layer):

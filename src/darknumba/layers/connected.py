@@ -5,11 +5,11 @@ from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from .base import DEFAULT_QUIRKS, Layer, zeros
+from .common import get_activation
 from .convolutional import (
     alloc_params,
     backward_batchnorm,
     forward_batchnorm,
-    get_activation,
     update_params,
 )
 

@@ -15,8 +15,8 @@ writes past the end of a one-step state buffer in training; we keep all steps' s
 """
 from ..kernels.blas import axpy_cpu, copy_cpu, fill_cpu
 from .base import DEFAULT_QUIRKS, Layer, zeros
+from .common import get_activation
 from .connected import ConnectedLayer
-from .convolutional import get_activation
 from .steps import StepBuffers, SubLayers, step_net
 
 

@@ -1,8 +1,8 @@
 """[shortcut] (Darknet's `shortcut_layer.c`): out = act(alpha*prev + beta*from)."""
-from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
+from ..kernels.activations import ACTIVATIONS
 from ..kernels.blas import axpy_cpu, copy_cpu, shortcut_cpu, shortcut_same_cpu
 from .base import Layer
-from .convolutional import get_activation
+from .common import SHORTCUT_EXCLUDED, activate_output, get_activation, gradient_output
 
 
 class ShortcutLayer(Layer):
@@ -32,7 +32,7 @@ class ShortcutLayer(Layer):
         if (w1 >= w2 and (w1 % w2 or src.out_h % params.h)) or (w1 < w2 and (w2 % w1 or params.h % src.out_h)):
             raise s.error("from", f"layer {i} ({src.out_w}x{src.out_h}) and the previous layer "
                                   f"({params.w}x{params.h}) differ by a non-integer scale")
-        act = get_activation(s, default="linear")
+        act = get_activation(s, default="linear", exclude=SHORTCUT_EXCLUDED)
         return cls(params.batch, i, params.w, params.h, params.c, src.out_w, src.out_h, src.out_c,
                    act, s.find_float("alpha", 1.0), s.find_float("beta", 1.0))
 
@@ -53,7 +53,7 @@ class ShortcutLayer(Layer):
             copy_cpu(n, net.input, self.output)
             shortcut_cpu(self.batch, self.w, self.h, self.c, net.layers[self.index].output,
                          self.out_w, self.out_h, self.out_c, self.alpha, self.beta, self.output)
-        activate_array(self.output, n, self.activation_id)
+        activate_output(self, net.train)
 
     def _same_shape(self):
         return (self.w, self.h, self.c) == (self.out_w, self.out_h, self.out_c)
@@ -61,7 +61,7 @@ class ShortcutLayer(Layer):
     def backward(self, net):
         """backward_shortcut_layer"""
         n = self.outputs * self.batch
-        gradient_array(self.output, n, self.activation_id, self.delta)
+        gradient_output(self)
         if net.delta is not None:
             axpy_cpu(n, self.alpha, self.delta, net.delta)
         prev = net.layers[self.index].delta
