@@ -225,3 +225,32 @@ def test_alexeyab_cpu_col2im_drops_the_shortcut_gradient(tmp_path):
     net, rng = build(tmp_path, body, w=5, h=5, compat="darknet-cpu")
     errors = fd_errors(net, rng)
     assert errors["input"] > 0.05 and errors["L0 weights"] > 0.05, errors
+
+
+# -- [route] groups / group_id -----------------------------------------------------------------
+
+ROUTE_GROUPS = (conv(6, activation="tanh") + conv(4, activation="logistic")
+                + "[route]\nlayers=-2,-1\ngroups=2\ngroup_id={gid}\n\n" + conv(3, 1))
+
+
+@pytest.mark.parametrize("gid", [0, 1])
+def test_route_groups_forward_and_gradients(tmp_path, gid):
+    net, rng = build(tmp_path, ROUTE_GROUPS.format(gid=gid), w=5, h=4)
+    a, b, r = net.layers[:3]
+    assert (r.out_c, r.outputs) == (5, 5 * 20) and net.layers[3].c == 5
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    oa, ob = (l.output.reshape(l.output_shape()) for l in (a, b))
+    want = np.concatenate([oa[:, 3 * gid:3 * gid + 3], ob[:, 2 * gid:2 * gid + 2]], axis=1)
+    np.testing.assert_array_equal(r.output.reshape(r.output_shape()), want)
+    assert_small(fd_errors(net, rng), TOL, f"route groups, group_id={gid}")
+    assert f"{gid}/2 ->" in r.describe()
+    net.resize(7, 6)
+    assert (r.out_w, r.out_h, r.out_c) == (7, 6, 5)
+    net.forward(rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32))
+
+
+@pytest.mark.parametrize("keys,key", [("groups=4\n", "groups"), ("groups=2\ngroup_id=2\n", "group_id")])
+def test_route_groups_errors(tmp_path, keys, key):
+    msg = cfg_error(tmp_path, conv(6) + f"[route]\nlayers=-1\n{keys}")
+    assert f"[route] {key}" in msg and "ab.cfg:" in msg, msg
