@@ -89,11 +89,13 @@ def normalize_channels_delta(y, d, kind):
 
 def conv_forward(x, w, b, n, size, stride, pad, groups=1, dilation=1):
     """out[b, f, oy, ox] = bias[f] + sum w[f, ci, ky, kx] * x[b, g*cg + ci, iy, ix] with
-    iy = oy*stride - pad*dilation + ky*dilation (im2col_cpu_ext); the output size is
-    AlexeyAB's convolutional_out_height, (h + 2*pad - size) / stride + 1. x: (B, C, H, W)."""
+    iy = oy*stride_y - pad*dilation + ky*dilation (im2col_cpu_ext); the output size is
+    AlexeyAB's convolutional_out_height, (h + 2*pad - size) / stride_y + 1. x: (B, C, H, W);
+    stride: one int, or (stride_y, stride_x)."""
     bsz, c, h, wd = x.shape
     cg, m = c // groups, n // groups
-    oh, ow = (h + 2 * pad - size) // stride + 1, (wd + 2 * pad - size) // stride + 1
+    sy, sx = stride if isinstance(stride, tuple) else (stride, stride)
+    oh, ow = (h + 2 * pad - size) // sy + 1, (wd + 2 * pad - size) // sx + 1
     w = w.astype(np.float64).reshape(n, cg, size, size)
     out = np.zeros((bsz, n, oh, ow))
     for f in range(n):
@@ -103,11 +105,11 @@ def conv_forward(x, w, b, n, size, stride, pad, groups=1, dilation=1):
             for ky in range(size):
                 for kx in range(size):
                     for oy in range(oh):
-                        iy = oy * stride - pad * dilation + ky * dilation
+                        iy = oy * sy - pad * dilation + ky * dilation
                         if not 0 <= iy < h:
                             continue
                         for ox in range(ow):
-                            ix = ox * stride - pad * dilation + kx * dilation
+                            ix = ox * sx - pad * dilation + kx * dilation
                             if 0 <= ix < wd:
                                 out[:, f, oy, ox] += w[f, ci, ky, kx] * x[:, g * cg + ci, iy, ix]
     return out
@@ -122,3 +124,43 @@ def blur(x, kind, stride):
     else:
         k, size, pad = np.full((2, 2), 0.25), 2, 0
     return conv_forward(x, np.tile(k.ravel(), c), np.zeros(c), c, size, stride, pad, groups=c)
+
+
+def maxpool_depth(x, out_c):
+    """Channel g of the output: the max over input channels g, g + out_c, ... (x: B, C, H, W)."""
+    return np.stack([x[:, g::out_c].max(axis=1) for g in range(out_c)], axis=1)
+
+
+def local_avgpool(x, size, stride, pad):
+    """Mean over each window's cells inside the image; top-left at -pad//2."""
+    bsz, c, h, w = x.shape
+    oh, ow = (h + pad - size) // stride + 1, (w + pad - size) // stride + 1
+    out = np.zeros((bsz, c, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            y0, x0 = i * stride - pad // 2, j * stride - pad // 2
+            win = x[:, :, max(y0, 0):max(y0 + size, 0), max(x0, 0):max(x0 + size, 0)]
+            out[:, :, i, j] = win.astype(np.float64).mean(axis=(2, 3))
+    return out
+
+
+def shortcut(prev, froms, weights, wtype, norm):
+    """AlexeyAB's weighted shortcut: w_0*prev + sum w_i*from_i, inputs flat per image (B, N_i),
+    from_i adding to its first N_i values. wtype 0/1/2 (none/per_feature/per_channel), norm
+    0/1/2 (none/relu/softmax). Returns (out, normalised weights (n+1, c or 1))."""
+    b, n_out = prev.shape
+    n = len(froms)
+    c = weights.size // (n + 1) if wtype == 2 else 1
+    w = np.ones((n + 1, c)) if not wtype else weights.astype(np.float64).reshape(n + 1, c)
+    if norm == 1:
+        r = np.maximum(w, 0)
+        w = r / (1e-4 + r.sum(axis=0))
+    elif norm == 2:
+        e = np.exp(w - w.max(axis=0))
+        w = e / (1e-4 + e.sum(axis=0))
+    chan = np.arange(n_out) // (n_out // c)
+    out = prev * w[0, chan]
+    for i, f in enumerate(froms, start=1):
+        m = min(f.shape[1], n_out)
+        out[:, :m] += f[:, :m] * w[i, chan[:m]]
+    return out, w

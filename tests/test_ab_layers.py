@@ -141,6 +141,21 @@ def test_dilated_conv_forward_and_gradients(tmp_path, stride, dilation, groups):
     assert_small(fd_errors(net, rng, h=1e-3), TOL, f"dilation {dilation}")
 
 
+@pytest.mark.parametrize("sx,sy,dilation", [(2, 1, 1), (1, 3, 1), (2, 1, 2)])
+def test_unequal_strides(tmp_path, sx, sy, dilation):
+    body = conv(3, 3, extra=f"stride_x={sx}\nstride_y={sy}\ndilation={dilation}\n")
+    net, rng = build(tmp_path, body, w=9, h=8, c=2)
+    l = net.layers[0]
+    assert (l.out_w, l.out_h) == ((9 - 1) // sx + 1, (8 - 1) // sy + 1)
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    got = net.forward(x).reshape(l.output_shape())
+    want = naive_ab.conv_forward(x.reshape(2, 2, 8, 9), l.weights, l.biases, 3, 3, (sy, sx), 1,
+                                 dilation=dilation)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert_small(fd_errors(net, rng, h=1e-3), TOL, f"strides {sx}x{sy}")
+    assert f"/{sx}x{sy}" in l.describe()
+
+
 def test_dilation_without_same_padding_is_an_error(tmp_path):
     msg = cfg_error(tmp_path, "[convolutional]\nfilters=2\nsize=3\npadding=0\ndilation=2\n")
     assert "dilation=2" in msg and "pad=1" in msg and "ab.cfg:" in msg, msg
@@ -205,7 +220,6 @@ def test_shared_conv_update_applies_twice_as_alexeyab(tmp_path):
 
 @pytest.mark.parametrize("body,key", [
     (conv(2, extra="share_index=5\n"), "share_index"),
-    (conv(2, extra="stride_x=1\nstride_y=2\n"), "stride_x"),
     (conv(2, extra="assisted_excitation=1\n"), "assisted_excitation"),
     (conv(2, extra="xnor=1\n"), "xnor"),
     (conv(2, extra="antialiasing=3\n"), "antialiasing"),
@@ -254,3 +268,159 @@ def test_route_groups_forward_and_gradients(tmp_path, gid):
 def test_route_groups_errors(tmp_path, keys, key):
     msg = cfg_error(tmp_path, conv(6) + f"[route]\nlayers=-1\n{keys}")
     assert f"[route] {key}" in msg and "ab.cfg:" in msg, msg
+
+
+# -- [maxpool] maxpool_depth, antialiasing; [local_avgpool] -------------------------------------
+
+@pytest.mark.parametrize("out_c", [1, 2, 3])
+def test_maxpool_depth(tmp_path, out_c):
+    body = (conv(6, activation="tanh") + f"[maxpool]\nmaxpool_depth=1\nout_channels={out_c}\n"
+            "size=2\nstride=2\n\n" + conv(2, 1))
+    net, rng = build(tmp_path, body, w=5, h=4)
+    m = net.layers[1]
+    assert (m.out_w, m.out_h, m.out_c) == (5, 4, out_c) and "max-depth" in m.describe()
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    want = naive_ab.maxpool_depth(net.layers[0].output.reshape(2, 6, 4, 5), out_c)
+    np.testing.assert_array_equal(m.output.reshape(want.shape), want)
+    assert_small(fd_errors(net, rng, h=1e-3), TOL, f"maxpool_depth out_channels={out_c}")
+
+
+@pytest.mark.parametrize("kind,size,stride", [(1, 2, 2), (2, 3, 2), (1, 2, 1)])
+def test_antialiased_maxpool(tmp_path, kind, size, stride):
+    body = (conv(3, activation="tanh")
+            + f"[maxpool]\nsize={size}\nstride={stride}\nantialiasing={kind}\n\n" + conv(2, 1))
+    net, rng = build(tmp_path, body, w=8, h=7)
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    a, m = net.layers[:2]
+    # the host: the same maxpool at stride 1 (AlexeyAB's window placement, -pad//2)
+    pad = size - 1
+    src = np.pad(a.output.reshape(2, 3, 7, 8).astype(np.float64),
+                 ((0, 0), (0, 0), (pad // 2, pad - pad // 2), (pad // 2, pad - pad // 2)),
+                 constant_values=-np.inf)
+    host = np.max([src[:, :, i:i + 7, j:j + 8] for i in range(size) for j in range(size)], axis=0)
+    want = naive_ab.blur(host, kind, stride)
+    assert (m.out_c, m.out_h, m.out_w) == want.shape[1:]
+    np.testing.assert_allclose(m.output.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
+    assert_small(fd_errors(net, rng, h=1e-4), TOL, f"antialiased maxpool {kind}")
+    assert m.weight_records() == []
+
+
+@pytest.mark.parametrize("size,stride,pad", [(3, 1, 2), (2, 2, 1), (3, 2, 2), (2, 1, 1)])
+def test_local_avgpool(tmp_path, size, stride, pad):
+    body = (conv(3, activation="tanh")
+            + f"[local_avgpool]\nsize={size}\nstride={stride}\npadding={pad}\n")
+    net, rng = build(tmp_path, body, w=7, h=6)
+    a, p = net.layers
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    want = naive_ab.local_avgpool(a.output.reshape(2, 3, 6, 7), size, stride, pad)
+    np.testing.assert_allclose(p.output.reshape(want.shape), want, rtol=1e-6, atol=1e-6)
+    # backward: AlexeyAB's delta / (size*size) into every cell inside each window
+    g = rng.standard_normal(p.delta.size).astype(np.float32)
+    p.delta[:] = g
+    a.delta[:] = 0
+    net.index, net.input, net.delta = 1, a.output, a.delta
+    p.backward(net)
+    want_d = np.zeros((2, 3, 6 + size, 7 + size))
+    g = g.reshape(want.shape) / (size * size)
+    for i in range(want.shape[2]):
+        for j in range(want.shape[3]):
+            y0, x0 = i * stride - pad // 2 + size, j * stride - pad // 2 + size
+            want_d[:, :, y0:y0 + size, x0:x0 + size] += g[:, :, i, j, None, None]
+    np.testing.assert_allclose(a.delta.reshape(2, 3, 6, 7), want_d[:, :, size:size + 6, size:size + 7],
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_pool_key_errors(tmp_path):
+    msg = cfg_error(tmp_path, conv(3) + "[maxpool]\nsize=2\nstride_x=2\nstride_y=1\n")
+    assert "[maxpool] stride_x" in msg
+    msg = cfg_error(tmp_path, conv(3) + "[local_avgpool]\nsize=2\npadding=4\n")
+    assert "[local_avgpool] padding" in msg
+
+
+# -- weighted [shortcut] ----------------------------------------------------------------------
+
+SHORTCUT_NET = (conv(4, activation="tanh") + conv(3, activation="tanh") + conv(4, activation="tanh")
+                + "[shortcut]\nfrom=-2,-3\nweights_type={wt}\nweights_normalization={wn}\n"
+                  "activation=linear\n\n" + conv(2, 1, activation="logistic"))
+WT = {"none": 0, "per_feature": 1, "per_channel": 2}
+WN = {"none": 0, "relu": 1, "softmax": 2}
+
+
+@pytest.mark.parametrize("wt,wn", [("none", "none"), ("per_feature", "none"),
+                                   ("per_channel", "none"), ("per_feature", "relu"),
+                                   ("per_channel", "softmax")])
+def test_weighted_shortcut_forward_and_input_gradients(tmp_path, wt, wn):
+    net, rng = build(tmp_path, SHORTCUT_NET.format(wt=wt, wn=wn), w=5, h=4)
+    s = net.layers[3]
+    assert s.nweights == {"none": 0, "per_feature": 3, "per_channel": 12}[wt]
+    weights = rng.uniform(-0.5, 1.5, s.nweights).astype(np.float32)
+    if s.nweights:
+        s.weights[:] = weights
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    prev, f1, f0 = (net.layers[i].output.reshape(2, -1).astype(np.float64) for i in (2, 1, 0))
+    want, _ = naive_ab.shortcut(prev, [f1, f0], weights, WT[wt], WN[wn])
+    np.testing.assert_allclose(s.output.reshape(2, -1), want, rtol=1e-5, atol=1e-6)
+    errors = fd_errors(net, rng)
+    if wn != "none":           # AlexeyAB's weight gradient skips the normalisation: see below
+        errors = {k: v for k, v in errors.items() if k != "L3 weights"}
+    assert_small(errors, TOL, f"shortcut {wt} {wn}")
+
+
+@pytest.mark.parametrize("wt,wn", [("per_feature", "relu"), ("per_channel", "softmax")])
+def test_weighted_shortcut_weight_updates_are_alexeyabs(tmp_path, wt, wn):
+    """weight_updates[i, k] += sum of delta * input_i over channel k: the gradient w.r.t. the
+    normalised weight."""
+    net, rng = build(tmp_path, SHORTCUT_NET.format(wt=wt, wn=wn), w=5, h=4)
+    s = net.layers[3]
+    s.weights[:] = rng.uniform(-0.5, 1.5, s.nweights)
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x, train=True)
+    g = rng.standard_normal(s.delta.size).astype(np.float32)
+    s.delta[:] = g
+    s.weight_updates[:] = 0
+    net.index, net.input, net.delta = 3, net.layers[2].output, net.layers[2].delta
+    s.backward(net)
+    c = s.nweights // 3
+    chan = np.arange(s.outputs) // (s.outputs // c)
+    g = g.reshape(2, -1).astype(np.float64)
+    want = np.zeros((3, c))
+    for i, idx in enumerate((2, 1, 0)):
+        v = net.layers[idx].output.reshape(2, -1).astype(np.float64)
+        m = min(v.shape[1], s.outputs)
+        np.add.at(want[i], chan[:m], (g[:, :m] * v[:, :m]).sum(axis=0))
+    np.testing.assert_allclose(s.weight_updates, want.ravel(), rtol=1e-5, atol=1e-6)
+
+
+def test_weighted_shortcut_weights_round_trip_and_update(tmp_path):
+    from darknumba.weights import load_weights, save_weights
+    net, rng = build(tmp_path, SHORTCUT_NET.format(wt="per_channel", wn="softmax"), w=5, h=4)
+    s = net.layers[3]
+    s.weights[:] = rng.uniform(-0.5, 1.5, s.nweights)
+    path = tmp_path / "w.weights"
+    save_weights(net, path)
+    convs = sum(l.nweights + l.nbiases for l in net.layers if l.type == "convolutional")
+    assert path.stat().st_size == 20 + 4 * (convs + 12)
+    want = s.weights.copy()
+    s.weights[:] = 0
+    load_weights(net, path)
+    np.testing.assert_array_equal(s.weights, want)
+    assert path.read_bytes() == (save_weights(net, tmp_path / "again.weights") or
+                                 (tmp_path / "again.weights").read_bytes())
+    s.weight_updates[:] = u = rng.normal(size=12).astype(np.float32)
+    net.learning_rate, net.momentum, net.decay = 0.1, 0.9, 0.01
+    net.update()
+    step = np.float32(0.1) / np.float32(net.batch)
+    uu = u + np.float32(-0.01 * net.batch) * want
+    np.testing.assert_allclose(s.weights, want + step * uu, rtol=1e-6)
+    np.testing.assert_allclose(s.weight_updates, 0.9 * uu, rtol=1e-6)
+
+
+def test_shortcut_key_errors(tmp_path):
+    msg = cfg_error(tmp_path, conv(3) + conv(3) + "[shortcut]\nfrom=-2\nweights_type=per_pixel\n")
+    assert "[shortcut] weights_type" in msg and "per_channel" in msg
+    msg = cfg_error(tmp_path, conv(3) + conv(3, stride=2) + "[shortcut]\nfrom=-2,-1\n")
+    assert "[shortcut] from" in msg and "differ in size" in msg

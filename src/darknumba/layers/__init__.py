@@ -4,7 +4,7 @@ from .connected import ConnectedLayer
 from .convolutional import ConvolutionalLayer
 from .cost import CostLayer
 from .dropout import DropoutLayer
-from .maxpool import MaxpoolLayer
+from .maxpool import LocalAvgpoolLayer, MaxpoolLayer
 from .route import RouteLayer
 from .shortcut import ShortcutLayer
 from .softmax import SoftmaxLayer
@@ -32,6 +32,7 @@ LAYER_TYPES = {
     "convolutional": ConvolutionalLayer, "conv": ConvolutionalLayer,
     "maxpool": MaxpoolLayer, "max": MaxpoolLayer,
     "avgpool": AvgpoolLayer, "avg": AvgpoolLayer,
+    "local_avgpool": LocalAvgpoolLayer, "local_avg": LocalAvgpoolLayer,
     "route": RouteLayer,
     "shortcut": ShortcutLayer,
     "upsample": UpsampleLayer,

@@ -21,8 +21,8 @@ _BLUR = {
 
 
 class Antialiased(Layer):
-    """`host` (built with stride 1) followed by the blur, a `conv_class` layer. Anything not
-    defined here (weights, filters, flipped...) is the host's."""
+    """`host` (built with stride 1) followed by the blur, a `conv_class` layer with `stride`
+    (x, y). Anything not defined here (weights, filters, flipped...) is the host's."""
 
     def __init__(self, host, conv_class, stride, kind, quirks):
         self.host, self.blur_stride, self.antialiasing = host, stride, kind
@@ -33,8 +33,9 @@ class Antialiased(Layer):
     def _build_blur(self):
         h = self.host
         size, pad, taps = _BLUR[self.antialiasing]
+        sx, sy = self.blur_stride
         self.blur = self.conv_class(h.batch, h.out_h, h.out_w, h.out_c, h.out_c, h.out_c,
-                                       size, self.blur_stride, pad, "linear", quirks=self.quirks)
+                                    size, sx, pad, "linear", quirks=self.quirks, stride_y=sy)
         self.blur.weights[:] = np.tile(taps, h.out_c).astype(np.float32)
         self.batch, self.h, self.w, self.c, self.inputs = h.batch, h.h, h.w, h.c, h.inputs
         b = self.blur

@@ -1,12 +1,13 @@
 """What AlexeyAB's darknet adds to [convolutional] (its parse_convolutional and
 make_convolutional_layer): stride_x / stride_y, dilation, antialiasing, share_index. The keys it
-reads that darknumba does not compute are errors naming the key, not silently unused."""
+reads that darknumba does not compute are errors naming the key, not silently unused.
+A dilated or unequally strided convolution takes the per-image im2col_cpu_ext path."""
 from ..kernels.im2col import (
     col2im_cpu,
-    col2im_dilated_cpu,
-    dilated_out_size,
+    col2im_cpu_ext,
+    ext_out_size,
     im2col_cpu,
-    im2col_dilated_cpu,
+    im2col_cpu_ext,
 )
 
 # keys of AlexeyAB's [convolutional] that change what it computes, with their defaults
@@ -23,12 +24,10 @@ SHARE_NONE = -1000000000              # AlexeyAB's "no share_index" sentinel
 
 
 def read_ab_keys(s, params, size, stride):
-    """(stride, dilation, antialiasing, shared layer or None) from AlexeyAB's keys."""
+    """(stride_x, stride_y, dilation, antialiasing, shared layer or None) from AlexeyAB's
+    keys."""
     sx, sy = s.find_int("stride_x", -1), s.find_int("stride_y", -1)
     sx, sy = sx if sx >= 1 else stride, sy if sy >= 1 else stride
-    if sx != sy:
-        raise s.error("stride_x", f"stride_x={sx} with stride_y={sy} is not supported yet "
-                                  f"(only equal strides)")
     dilation = s.find_int("dilation", 1)
     if dilation < 1:
         raise s.error("dilation", f"must be at least 1, found {dilation}")
@@ -43,7 +42,7 @@ def read_ab_keys(s, params, size, stride):
             raise s.error(key, f"{key}={s.options[key]} is not supported yet")
     for key in NO_EFFECT:
         s.find_str(key, "")
-    return sx, dilation, antialiasing, _share_layer(s, params)
+    return sx, sy, dilation, antialiasing, _share_layer(s, params)
 
 
 def _share_layer(s, params):
@@ -83,13 +82,14 @@ def share_parameters(l, owner, where):
     l.share_layer = owner
 
 
-def check_dilation(l):
+def check_ext_sizes(l):
     """AlexeyAB sizes a dilated convolution's output without the dilation but samples it with
     (pad*dilation each side): only where both give the same size is its result defined."""
     if l.dilation == 1:
         return
     pd = l.pad * l.dilation
-    dw, dh = (dilated_out_size(v, l.size, l.stride, pd, l.dilation) for v in (l.w, l.h))
+    dw = ext_out_size(l.w, l.size, l.stride_x, pd, l.dilation)
+    dh = ext_out_size(l.h, l.size, l.stride_y, pd, l.dilation)
     if (dw, dh) != (l.out_w, l.out_h):
         raise ValueError(f"dilation={l.dilation} samples a {dw}x{dh} output but AlexeyAB's "
                          f"darknet sizes it {l.out_w}x{l.out_h} (use padding = size/2, "
@@ -97,17 +97,18 @@ def check_dilation(l):
 
 
 def im2col_layer(l, im, c, out):
-    """im2col of one image (and group) of l's input, dilated as AlexeyAB's im2col_cpu_ext."""
-    if l.dilation == 1:
-        im2col_cpu(im, c, l.h, l.w, l.size, l.stride, l.pad, out)
+    """im2col of one image (and group) of l's input; with a dilation or unequal strides,
+    AlexeyAB's im2col_cpu_ext."""
+    if l.ext:
+        im2col_cpu_ext(im, c, l.h, l.w, l.size, l.pad * l.dilation, l.stride_y, l.stride_x,
+                       l.dilation, out)
     else:
-        im2col_dilated_cpu(im, c, l.h, l.w, l.size, l.stride, l.pad * l.dilation, l.dilation,
-                           out)
+        im2col_cpu(im, c, l.h, l.w, l.size, l.stride, l.pad, out)
 
 
 def col2im_layer(l, col, c, out):
-    if l.dilation == 1:
-        col2im_cpu(col, c, l.h, l.w, l.size, l.stride, l.pad, out)
+    if l.ext:
+        col2im_cpu_ext(col, c, l.h, l.w, l.size, l.pad * l.dilation, l.stride_y, l.stride_x,
+                       l.dilation, out)
     else:
-        col2im_dilated_cpu(col, c, l.h, l.w, l.size, l.stride, l.pad * l.dilation, l.dilation,
-                           out)
+        col2im_cpu(col, c, l.h, l.w, l.size, l.stride, l.pad, out)

@@ -40,7 +40,7 @@ from .common import (
     gradient_output,
 )
 from .conv_ab import (
-    check_dilation,
+    check_ext_sizes,
     col2im_layer,
     im2col_layer,
     read_ab_keys,
@@ -174,12 +174,14 @@ class ConvolutionalLayer(Layer):
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
-                 batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1):
+                 batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1, stride_y=None):
         if c % groups or n % groups:
             raise ValueError(f"channels ({c}) and filters ({n}) must be divisible by groups ({groups})")
         self.batch, self.h, self.w, self.c = batch, h, w, c
         self.n, self.groups, self.size, self.stride, self.pad = n, groups, size, stride, padding
         self.dilation = dilation
+        self.stride_x, self.stride_y = stride, stride if stride_y is None else stride_y
+        self.ext = dilation > 1 or self.stride_y != stride      # AlexeyAB's im2col_cpu_ext
         self.activation = activation
         self.activation_id = ACTIVATIONS[activation]
         self.batch_normalize = bool(batch_normalize)
@@ -189,12 +191,13 @@ class ConvolutionalLayer(Layer):
         self._set_sizes()
 
     def _set_sizes(self):
-        self.out_h = (self.h + 2 * self.pad - self.size) // self.stride + 1
+        self.out_h = (self.h + 2 * self.pad - self.size) // self.stride_y + 1
         self.out_w = (self.w + 2 * self.pad - self.size) // self.stride + 1
         if self.out_h < 1 or self.out_w < 1:
-            raise ValueError(f"a {self.size}x{self.size}/{self.stride} convolution of a "
+            raise ValueError(f"a {self.size}x{self.size}/{self.stride_x}x{self.stride_y} "
+                             f"convolution of a "
                              f"{self.w}x{self.h} input has no output pixels")
-        check_dilation(self)
+        check_ext_sizes(self)
         self.out_c = self.n
         self.inputs = self.h * self.w * self.c
         self.outputs = self.out_h * self.out_w * self.out_c
@@ -208,7 +211,7 @@ class ConvolutionalLayer(Layer):
         """1x1 convolutions multiply the input itself, without im2col. Darknet's CPU code does
         this even for stride > 1, reading the wrong pixels; we do it only where it is exact,
         unless quirks.strided_1x1_misread asks for Darknet's behaviour."""
-        if self.size != 1:
+        if self.size != 1 or self.ext:
             return False
         return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
 
@@ -216,11 +219,11 @@ class ConvolutionalLayer(Layer):
         """A thin stride-1 convolution computed directly (see DIRECT_MAX_K); same sums as the
         GEMM path up to float32 rounding of their order."""
         return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
-                and self.dilation == 1 and self.c * 9 <= DIRECT_MAX_K)
+                and not self.ext and self.c * 9 <= DIRECT_MAX_K)
 
     def _batched(self, n) -> bool:
         """The whole batch in one GEMM (see BATCH_GEMM_MAX_N)."""
-        return self.groups == 1 and n < BATCH_GEMM_MAX_N and self.dilation == 1
+        return self.groups == 1 and n < BATCH_GEMM_MAX_N and not self.ext
 
 
     @classmethod
@@ -236,8 +239,9 @@ class ConvolutionalLayer(Layer):
         activation = get_activation(s, exclude=())
         require_image_input(s, params)
         bn = s.find_int("batch_normalize", 0)
-        stride, dilation, antialiasing, share = read_ab_keys(s, params, size, stride)
-        for key, v in (("filters", n), ("size", size), ("stride", stride), ("groups", groups)):
+        stride, stride_y, dilation, antialiasing, share = read_ab_keys(s, params, size, stride)
+        for key, v in (("filters", n), ("size", size), ("stride", min(stride, stride_y)),
+                       ("groups", groups)):
             if v < 1:
                 raise s.error(key, f"must be at least 1, found {v}")
         if params.c % groups or n % groups:
@@ -246,14 +250,15 @@ class ConvolutionalLayer(Layer):
         quirks = params.net.quirks
         try:
             l = cls(params.batch, params.h, params.w, params.c, n, groups, size,
-                    1 if antialiasing else stride, padding, activation, bn, quirks, dilation)
+                    1 if antialiasing else stride, padding, activation, bn, quirks, dilation,
+                    1 if antialiasing else stride_y)
         except ValueError as e:
             raise s.error(None, str(e)) from None
         l.flipped = s.find_int("flipped", 0)
         if share is not None:
             share_parameters(l, share, s)
         if antialiasing:
-            return Antialiased(l, cls, stride, antialiasing, quirks)
+            return Antialiased(l, cls, (stride, stride_y), antialiasing, quirks)
         return l
 
     def resize(self, w, h):
@@ -455,6 +460,8 @@ class ConvolutionalLayer(Layer):
                 * self.out_h * self.out_w) / 1e9
 
     def describe(self):
-        return (f"conv  {self.n:5d} {self.size:2d} x{self.size:2d} /{self.stride:2d}  "
+        stride = f"{self.stride:2d}" if self.stride_y == self.stride else \
+            f"{self.stride_x}x{self.stride_y}"
+        return (f"conv  {self.n:5d} {self.size:2d} x{self.size:2d} /{stride}  "
                 f"{self.w:4d} x{self.h:4d} x{self.c:4d}   ->  "
                 f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}  {self.bflops:5.3f} BFLOPs")
