@@ -424,3 +424,91 @@ def test_shortcut_key_errors(tmp_path):
     assert "[shortcut] weights_type" in msg and "per_channel" in msg
     msg = cfg_error(tmp_path, conv(3) + conv(3, stride=2) + "[shortcut]\nfrom=-2,-1\n")
     assert "[shortcut] from" in msg and "differ in size" in msg
+
+
+# -- [sam], [scale_channels], [implicit], [empty] ----------------------------------------------
+
+SAM_NET = (conv(4, activation="tanh") + conv(4, activation="logistic")
+           + "[sam]\nfrom=-2\n\n" + conv(3, 1, activation="tanh"))
+
+
+def test_sam_forward_and_gradients(tmp_path):
+    net, rng = build(tmp_path, SAM_NET, w=5, h=4)
+    a, b, s = net.layers[:3]
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    np.testing.assert_array_equal(s.output, a.output * b.output)
+    assert_small(fd_errors(net, rng), TOL, "sam")
+
+
+def test_sam_cpu_overwrite_under_compat(tmp_path):
+    """AlexeyAB's CPU [sam] writes the from layer's delta: layer 0's other gradient is lost."""
+    body = (conv(4, activation="tanh") + conv(4, activation="logistic") + "[sam]\nfrom=-2\n\n"
+            + "[shortcut]\nfrom=0\n")
+    net, rng = build(tmp_path, body, w=5, h=4)
+    assert_small(fd_errors(net, rng), TOL, "sam + shortcut")
+    net, rng = build(tmp_path, body, w=5, h=4, compat="darknet-cpu")
+    assert fd_errors(net, rng)["L0 weights"] > 0.05
+
+
+@pytest.mark.parametrize("scale_wh", [0, 1])
+def test_scale_channels_forward_and_gradients(tmp_path, scale_wh):
+    if scale_wh:
+        body = (conv(4, activation="tanh") + conv(1, 1, activation="logistic")
+                + "[scale_channels]\nfrom=-2\nscale_wh=1\n\n" + conv(2, 1, activation="tanh"))
+    else:
+        body = (conv(4, activation="tanh") + "[avgpool]\n\n" + conv(4, 1, activation="logistic")
+                + "[scale_channels]\nfrom=-3\n\n" + conv(2, 1, activation="tanh"))
+    net, rng = build(tmp_path, body, w=5, h=4)
+    sc = next(l for l in net.layers if l.type == "scale_channels")
+    src, scales = net.layers[0], net.layers[net.layers.index(sc) - 1]
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    f = src.output.reshape(2, 4, 4, 5)
+    s = scales.output.reshape(2, 1, 4, 5) if scale_wh else scales.output.reshape(2, 4, 1, 1)
+    np.testing.assert_array_equal(sc.output.reshape(f.shape), f * s)
+    assert (sc.out_w, sc.out_h, sc.out_c) == (5, 4, 4)
+    assert_small(fd_errors(net, rng), TOL, f"scale_channels scale_wh={scale_wh}")
+
+
+def test_scale_channels_shape_errors(tmp_path):
+    msg = cfg_error(tmp_path, conv(4) + conv(4) + "[scale_channels]\nfrom=-2\n")
+    assert "[scale_channels] from" in msg and "needs 1x1x4" in msg
+    msg = cfg_error(tmp_path, conv(4) + conv(3) + "[sam]\nfrom=-2\n")
+    assert "[sam] from" in msg
+
+
+def test_implicit_forward_gradients_weights_and_update(tmp_path):
+    from darknumba.weights import load_weights, save_weights
+    body = (conv(3, activation="tanh") + "[avgpool]\n\n"
+            + "[implicit]\nfilters=3\nmean=1.0\nstd=0.1\n\n"
+            + "[scale_channels]\nfrom=0\n\n" + conv(2, 1, activation="tanh"))
+    net, rng = build(tmp_path, body, w=4, h=4)
+    imp = net.layers[2]
+    assert (imp.out_w, imp.out_h, imp.out_c) == (1, 1, 3)
+    assert np.all(np.abs(imp.weights - 1.0) <= 0.1)            # mean + U(-std, std)
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    np.testing.assert_array_equal(imp.output.reshape(2, 3), np.tile(imp.weights, (2, 1)))
+    assert_small(fd_errors(net, rng), TOL, "implicit")
+    path = tmp_path / "i.weights"
+    save_weights(net, path)
+    want = imp.weights.copy()
+    imp.weights[:] = 0
+    load_weights(net, path)
+    np.testing.assert_array_equal(imp.weights, want)
+    convs = sum(l.nweights + l.nbiases for l in net.layers if l.type == "convolutional")
+    assert path.stat().st_size == 20 + 4 * (convs + 3)
+    imp.weight_updates[:] = u = np.float32([1, -2, 3])
+    net.learning_rate, net.momentum, net.decay = 0.5, 0.9, 0.0
+    net.update()
+    np.testing.assert_allclose(imp.weights, want + np.float32(0.5) / net.batch * u, rtol=1e-6)
+
+
+def test_empty_passes_through(tmp_path):
+    body = conv(3, activation="tanh") + "[empty]\n\n[silence]\n\n" + conv(2, 1, activation="tanh")
+    net, rng = build(tmp_path, body, w=4, h=3)
+    assert net.layers[1].output is net.layers[0].output and net.layers[3].c == 3
+    assert_small(fd_errors(net, rng), TOL, "empty")
+    net.resize(6, 5)
+    assert net.layers[2].output is net.layers[0].output and net.layers[2].out_w == 6

@@ -42,6 +42,8 @@ class Quirks:
     # a convolution's backward (col2im_cpu_ext) zeroes its input delta before adding into it,
     # dropping what later layers (a route, a shortcut) already passed to that layer
     col2im_zeroes_delta: bool = False
+    # [sam]'s backward writes the `from` layer's delta with `=` (its GPU code adds)
+    sam_overwrites_from_delta: bool = False
 
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
@@ -66,7 +68,8 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
     if dialect == "alexeyab":
         return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_rolling_momentum=0.9,
-                      weights_version=(0, 2, 5), col2im_zeroes_delta=compat == "darknet-cpu")
+                      weights_version=(0, 2, 5), col2im_zeroes_delta=compat == "darknet-cpu",
+                      sam_overwrites_from_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,
                   overwrite_delta=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,

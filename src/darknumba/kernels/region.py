@@ -104,8 +104,7 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
                         o = tb + t * (coords + 1)
                         iou = box_iou(px, py, pw, ph, truth[o], truth[o + 1], truth[o + 2],
                                       truth[o + 3])
-                        if iou > best_iou:
-                            best_iou = iou
+                        best_iou = max(best_iou, iou)
                     obj_index = box_index + coords * wh
                     stats[4] += output[obj_index]
                     delta[obj_index] = np.float32(noobject_scale * (0.0 - output[obj_index]))
@@ -237,8 +236,7 @@ def softmax_tree_cpu(inp, output, batch, n, entries, wh, class_start, group_offs
                     largest = inp[base + o * wh + i]
                     for k in range(1, s):
                         v = inp[base + (o + k) * wh + i]
-                        if v > largest:
-                            largest = v
+                        largest = max(largest, v)
                     tot = 0.0
                     for k in range(s):
                         e = math.exp(np.float64(inp[base + (o + k) * wh + i]) - largest)

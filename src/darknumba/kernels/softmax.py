@@ -17,8 +17,7 @@ def softmax_cpu(inp, n, batch, batch_offset, groups, group_offset, stride, temp,
         largest = -FLT_MAX
         for i in range(n):
             v = inp[base + i * stride]
-            if v > largest:
-                largest = v
+            largest = max(largest, v)
         s = np.float32(0.0)
         for i in range(n):
             e = np.float32(math.exp(np.float64(inp[base + i * stride] / t - largest / t)))
@@ -86,8 +85,7 @@ def softmax_cpu_one(x, n, temp, out):
     t = np.float32(temp)
     largest = -FLT_MAX
     for i in range(n):
-        if x[i] > largest:
-            largest = x[i]
+        largest = max(largest, x[i])
     s = np.float32(0.0)
     for i in range(n):
         e = np.float32(math.exp(np.float64(x[i] / t - largest / t)))

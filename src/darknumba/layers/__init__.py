@@ -1,31 +1,34 @@
 """One thin class per Darknet layer type; `base.py` states the conventions they share."""
+from .activation import ActivationLayer
 from .avgpool import AvgpoolLayer
+from .batchnorm import BatchnormLayer
 from .connected import ConnectedLayer
 from .convolutional import ConvolutionalLayer
 from .cost import CostLayer
-from .dropout import DropoutLayer
-from .maxpool import LocalAvgpoolLayer, MaxpoolLayer
-from .route import RouteLayer
-from .shortcut import ShortcutLayer
-from .softmax import SoftmaxLayer
-from .upsample import UpsampleLayer
-from .yolo import YoloLayer
-from .activation import ActivationLayer
-from .batchnorm import BatchnormLayer
 from .crnn import CRNNLayer
 from .crop import CropLayer
 from .deconvolutional import DeconvolutionalLayer
 from .detection import DetectionLayer
+from .dropout import DropoutLayer
+from .empty import EmptyLayer
 from .gru import GRULayer
+from .implicit import ImplicitLayer
 from .iseg import IsegLayer
 from .l2norm import L2normLayer
 from .local import LocalLayer
 from .logistic import LogisticLayer
 from .lstm import LSTMLayer
+from .maxpool import LocalAvgpoolLayer, MaxpoolLayer
 from .normalization import NormalizationLayer
 from .region import RegionLayer
 from .reorg import ReorgLayer
 from .rnn import RNNLayer
+from .route import RouteLayer
+from .scale_channels import SamLayer, ScaleChannelsLayer
+from .shortcut import ShortcutLayer
+from .softmax import SoftmaxLayer
+from .upsample import UpsampleLayer
+from .yolo import YoloLayer
 
 # section name (and Darknet's aliases) -> layer class with a from_cfg(section, params) builder
 LAYER_TYPES = {
@@ -57,4 +60,8 @@ LAYER_TYPES = {
     "lstm": LSTMLayer,
     "crnn": CRNNLayer,
     "iseg": IsegLayer,
+    "sam": SamLayer,
+    "scale_channels": ScaleChannelsLayer,
+    "implicit": ImplicitLayer,
+    "empty": EmptyLayer, "silence": EmptyLayer,
 }
