@@ -512,3 +512,24 @@ def test_empty_passes_through(tmp_path):
     assert_small(fd_errors(net, rng), TOL, "empty")
     net.resize(6, 5)
     assert net.layers[2].output is net.layers[0].output and net.layers[2].out_w == 6
+
+
+# -- [reorg3d]; sections not supported yet ----------------------------------------------------
+
+def test_reorg3d_is_space_to_depth(tmp_path):
+    body = conv(3, activation="tanh") + "[reorg3d]\nstride=2\n\n" + conv(2, 1, activation="tanh")
+    net, rng = build(tmp_path, body, w=6, h=4)
+    a, r = net.layers[:2]
+    assert (r.out_w, r.out_h, r.out_c) == (3, 2, 12)
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    net.forward(x)
+    src = a.output.reshape(2, 3, 4, 6)
+    want = np.concatenate([src[:, :, dy::2, dx::2] for dy in range(2) for dx in range(2)], axis=1)
+    np.testing.assert_array_equal(r.output.reshape(want.shape), want)
+    assert_small(fd_errors(net, rng), TOL, "reorg3d")
+
+
+@pytest.mark.parametrize("section", ["Gaussian_yolo", "contrastive", "conv_lstm", "history"])
+def test_sections_not_supported_yet(tmp_path, section):
+    msg = cfg_error(tmp_path, conv(3) + f"[{section}]\n")
+    assert "ab.cfg:" in msg and f"[{section.lower()}]" in msg and "not support" in msg, msg

@@ -21,7 +21,7 @@ from .lstm import LSTMLayer
 from .maxpool import LocalAvgpoolLayer, MaxpoolLayer
 from .normalization import NormalizationLayer
 from .region import RegionLayer
-from .reorg import ReorgLayer
+from .reorg import Reorg3dLayer, ReorgLayer
 from .rnn import RNNLayer
 from .route import RouteLayer
 from .scale_channels import SamLayer, ScaleChannelsLayer
@@ -29,6 +29,16 @@ from .shortcut import ShortcutLayer
 from .softmax import SoftmaxLayer
 from .upsample import UpsampleLayer
 from .yolo import YoloLayer
+
+
+class NotSupportedYet:
+    """Sections of AlexeyAB's darknet that darknumba does not compute: a clear error."""
+
+    @staticmethod
+    def from_cfg(s, params):
+        raise s.error(None, f"[{s.type}] (layer {params.index}) is a section of AlexeyAB's "
+                            f"darknet that darknumba does not support yet")
+
 
 # section name (and Darknet's aliases) -> layer class with a from_cfg(section, params) builder
 LAYER_TYPES = {
@@ -46,6 +56,7 @@ LAYER_TYPES = {
     "cost": CostLayer,
     "region": RegionLayer,
     "reorg": ReorgLayer,
+    "reorg3d": Reorg3dLayer,
     "detection": DetectionLayer,
     "local": LocalLayer,
     "crop": CropLayer,
@@ -64,4 +75,6 @@ LAYER_TYPES = {
     "scale_channels": ScaleChannelsLayer,
     "implicit": ImplicitLayer,
     "empty": EmptyLayer, "silence": EmptyLayer,
+    "gaussian_yolo": NotSupportedYet, "contrastive": NotSupportedYet,
+    "conv_lstm": NotSupportedYet, "history": NotSupportedYet,
 }
