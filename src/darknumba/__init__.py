@@ -11,19 +11,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # OpenBLAS reads this when numpy loads: import darknumba before numpy for it to apply.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from .errors import CfgError, DarknumbaError, WeightsError
-from .network import Network
-from .parser import load_network, parse_network_cfg
-from .weights import load_weights, save_weights
+from .errors import DarknumbaError, CfgError, WeightsError  # noqa: E402
+from .network import Network  # noqa: E402
+from .parser import parse_network_cfg, load_network  # noqa: E402
+from .weights import load_weights, save_weights  # noqa: E402
 
 __all__ = [
-    "CfgError",
-    "DarknumbaError",
-    "Network",
-    "WeightsError",
-    "load_network",
-    "load_weights",
-    "parse_network_cfg",
-    "save_weights",
+    "DarknumbaError", "CfgError", "WeightsError", "Network",
+    "parse_network_cfg", "load_network", "load_weights", "save_weights",
 ]
 __version__ = "0.1.0"

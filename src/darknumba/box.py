@@ -12,12 +12,8 @@ import numpy as np
 
 from .errors import CfgError
 from .image import letterbox_size
-from .kernels.box import (
-    correct_yolo_boxes_cpu,
-    do_nms_sort_cpu,
-    get_yolo_detections_cpu,
-    yolo_num_detections_cpu,
-)
+from .kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
+                          yolo_num_detections_cpu)
 
 
 @dataclass

@@ -25,7 +25,7 @@ import numpy as np
 from .augment import random_distort_image
 from .cfg import read_cfg
 from .data import get_paths, read_data_cfg, read_list
-from .errors import DarknumbaError, DataError
+from .errors import DataError, DarknumbaError
 from .image import letterbox_image, load_image_color, resize_image
 from .train import _StopFlag, train_iteration, training_network
 from .weights import save_weights
@@ -44,7 +44,7 @@ class ClassifierData:
     top: int
 
     @classmethod
-    def read(cls, path) -> ClassifierData:
+    def read(cls, path) -> "ClassifierData":
         dc = read_data_cfg(path)
         labels_file = dc.options.get("labels")
         if not labels_file:
@@ -122,7 +122,7 @@ class ClassifierAugment:
     center: bool = False
 
     @classmethod
-    def from_network(cls, net, cfgfile) -> ClassifierAugment:
+    def from_network(cls, net, cfgfile) -> "ClassifierAugment":
         opts = read_cfg(cfgfile)[0].options
         w = net.w
         lo = int(float(opts.get("min_ratio", net.min_crop / w)) * w)
@@ -144,7 +144,7 @@ def augment_image(rng, im, size, a: ClassifierAugment):
         aspect = _rand_scale(rng, a.aspect)
         r = int(rng.integers(a.min_size, a.max_size + 1))
         _, ih, iw = im.shape
-        m = min(iw * aspect, ih)
+        m = ih if ih < iw * aspect else iw * aspect
         scale = r / m
         rad = rng.uniform(-a.angle, a.angle) * 2 * math.pi / 360.0
         dx = (iw * scale / aspect - size) / 2.0

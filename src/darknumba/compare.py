@@ -17,15 +17,7 @@ import numpy as np
 
 from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
 from .errors import DarknumbaError
-from .tensordiff import (
-    AFTER_FIELDS,
-    DEFAULT_TOL,
-    STEP_PARAMS,
-    Row,
-    compare_tensors,
-    scalar_rows,
-)
-
+from .tensordiff import AFTER_FIELDS, DEFAULT_TOL, STEP_PARAMS, Row, compare_tensors, scalar_rows
 
 @dataclass
 class Report:

@@ -59,7 +59,7 @@ class DarknetTree:
     cudnn: bool = False
 
     @classmethod
-    def locate(cls, root) -> DarknetTree:
+    def locate(cls, root) -> "DarknetTree":
         root = Path(root).expanduser().resolve()
         if not root.is_dir():
             raise DarknumbaError(f"--darknet {root}: no such directory (give the folder of a "

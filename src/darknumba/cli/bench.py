@@ -1,12 +1,12 @@
 """`darknumba bench CFG [WEIGHTS]`: forward (or training-step) timing with a per-layer profile."""
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 
 def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")],
-          weights: Annotated[Path | None, typer.Argument(exists=True, dir_okay=False,
+          weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
                                                              help=".weights (random if omitted)")] = None,
           batch: Annotated[int, typer.Option(help="images per forward")] = 1,
           reps: Annotated[int, typer.Option(help="timed repetitions")] = 10,
@@ -33,9 +33,9 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
         else:
             truth[np.arange(batch), rng.integers(0, net.truths, batch)] = 1
         net.learning_rate = 1e-6           # keep the weights sane over the timed steps
-        step = lambda: net.train_datum(x, truth)
+        step = lambda: net.train_datum(x, truth)      # noqa: E731
     else:
-        step = lambda: net.forward(x)
+        step = lambda: net.forward(x)                  # noqa: E731
     t = time.perf_counter()
     step()
     typer.echo(f"first call {1000 * (time.perf_counter() - t):.1f} ms (compile or cache load)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -18,15 +18,15 @@ CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darkn
 
 @classifier_app.command()
 def train(data: DataArg, cfg: CfgArg,
-          weights: Annotated[Path | None, typer.Argument(exists=True, dir_okay=False,
+          weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
                                                             help="starting weights (full or partial)")] = None,
           clear: Annotated[bool, typer.Option(help="reset the seen-images count (fine-tuning)")] = False,
-          max_batches: Annotated[int | None, typer.Option(help="override [net] max_batches")] = None,
-          backup: Annotated[Path | None, typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
+          max_batches: Annotated[Optional[int], typer.Option(help="override [net] max_batches")] = None,
+          backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
           seed: Annotated[int, typer.Option(help="random seed (initial weights, batches, augmentation)")] = 0,
           workers: Annotated[int, typer.Option(help="image loading threads")] = 2,
           log_every: Annotated[int, typer.Option(help="print a line every N iterations")] = 1,
-          compat: Annotated[str | None, typer.Option(
+          compat: Annotated[Optional[str], typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
 ):
@@ -47,7 +47,7 @@ def train(data: DataArg, cfg: CfgArg,
 def predict(data: DataArg, cfg: CfgArg,
             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
             images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
-            top: Annotated[int | None, typer.Option(help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
+            top: Annotated[Optional[int], typer.Option(help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
     from ..classifier import ClassifierData, predict_image
     from ..image import load_image_color
@@ -67,7 +67,7 @@ def predict(data: DataArg, cfg: CfgArg,
 @classifier_app.command()
 def valid(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
-          top: Annotated[int | None, typer.Option(help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
+          top: Annotated[Optional[int], typer.Option(help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
           batch: Annotated[int, typer.Option(help="images per forward pass")] = 16,
           verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""

@@ -1,6 +1,6 @@
 """`darknumba compare`: layer-by-layer numbers against C darknet (a build of yours, or an .npz)."""
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -10,13 +10,13 @@ from ..errors import DarknumbaError
 def compare(
     cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")],
     weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
-    image: Annotated[Path | None, typer.Argument(
+    image: Annotated[Optional[Path], typer.Argument(
         exists=True, dir_okay=False,
         help="an image (letterboxed as darknet does) or an input tensor (.npy, raw float32)")] = None,
-    darknet: Annotated[Path | None, typer.Option(
+    darknet: Annotated[Optional[Path], typer.Option(
         "--darknet", file_okay=False,
         help="a pjreddie darknet tree built with `make` (include/darknet.h, libdarknet.so)")] = None,
-    npz: Annotated[Path | None, typer.Option(
+    npz: Annotated[Optional[Path], typer.Option(
         "--npz", dir_okay=False,
         help="compare with tensors recorded in an .npz (golden layout, holds its own input)")] = None,
     random_input: Annotated[bool, typer.Option(
@@ -24,23 +24,23 @@ def compare(
     seed: Annotated[int, typer.Option(help="seed for --random-input")] = 0,
     train: Annotated[bool, typer.Option(
         "--train", help="one train_network_datum step: deltas, gradients, updated weights")] = False,
-    truth: Annotated[Path | None, typer.Option(
+    truth: Annotated[Optional[Path], typer.Option(
         "--truth", exists=True, dir_okay=False,
         help="truth for --train: raw float32 / .npy (batch x truths), or yolo labels .txt "
              "(class x y w h, relative to the network input)")] = None,
-    batch: Annotated[int | None, typer.Option(
+    batch: Annotated[Optional[int], typer.Option(
         min=1, help="images per pass (default: 1 forward, the cfg's batch/subdivisions with "
                     "--train)")] = None,
     tol: Annotated[float, typer.Option(
         help="a tensor fails when max |diff| > tol x max |darknet|")] = 1e-4,
     as_json: Annotated[bool, typer.Option("--json", help="print the full report as JSON")] = False,
-    dump: Annotated[Path | None, typer.Option(
+    dump: Annotated[Optional[Path], typer.Option(
         "--dump", file_okay=False,
         help="save both sides' tensors to DIR/darknumba.npz and DIR/darknet.npz")] = None,
-    perturb: Annotated[str | None, typer.Option(
+    perturb: Annotated[Optional[str], typer.Option(
         "--perturb", metavar="LAYER[:INDEX]",
         help="self-test: change one weight on darknumba's side; the report must name LAYER")] = None,
-    timeout: Annotated[float | None, typer.Option(
+    timeout: Annotated[Optional[float], typer.Option(
         help="seconds to wait for C darknet")] = None,
 ):
     """Run CFG + WEIGHTS through darknumba and C darknet; print per-layer max |diff|, max rel diff

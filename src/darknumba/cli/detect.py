@@ -13,7 +13,7 @@ import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -84,7 +84,7 @@ def get_labels(path) -> list[str]:
         raise DataError(f"cannot read names file {p}: {e.strerror or e}") from None
 
 
-def class_names(names: Path | None, cfg: Path, classes: int) -> list[str]:
+def class_names(names: Optional[Path], cfg: Path, classes: int) -> list[str]:
     """Names from --names, else coco.names beside the cfg or in cfg/; numbers if none fits."""
     if names is not None:
         found = get_labels(names)
@@ -191,7 +191,7 @@ def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | N
     return out / name
 
 
-def load_detector(cfg: Path, weights: Path, batch: int, names_file: Path | None = None,
+def load_detector(cfg: Path, weights: Path, batch: int, names_file: Optional[Path] = None,
                   names: list[str] | None = None):
     """(net, class names) for detection: the network at `batch`, checked to have yolo outputs."""
     from ..box import detection_layers
@@ -207,13 +207,13 @@ def load_detector(cfg: Path, weights: Path, batch: int, names_file: Path | None 
 
 
 def run_detection(net, names: list[str], paths: list[Path], thresh: float = 0.5,
-                  hier: float = 0.5, nms: float = 0.45, out: Path | None = None,
-                  json_out: str | None = None, letterbox: bool = True) -> int:
+                  hier: float = 0.5, nms: float = 0.45, out: Optional[Path] = None,
+                  json_out: Optional[str] = None, letterbox: bool = True) -> int:
     """Detect on every image, net.batch at a time; print Darknet's lines (unless the JSON goes
     to stdout), draw to `out`, write JSON lines. Returns the number of images done."""
     from tqdm import tqdm
 
-    from ..box import detect, detection_layers, detection_results, format_lines
+    from ..box import detect, detection_results, format_lines, detection_layers
     from ..draw import draw_detections, save_png
 
     single = len(paths) == 1
@@ -276,13 +276,13 @@ def _json_record(path: Path, w: int, h: int, results: list[dict]) -> dict:
 
 
 def detect(
-    cfg: Annotated[str | None, typer.Argument(
+    cfg: Annotated[Optional[str], typer.Argument(
         help="Darknet .cfg (default cfg/yolov3-tiny.cfg); if it is not a .cfg, every "
              "argument is an IMAGE for the default network", show_default=False)] = None,
-    weights: Annotated[Path | None, typer.Argument(
+    weights: Annotated[Optional[Path], typer.Argument(
         help="Darknet .weights (default weights/yolov3-tiny.weights, fetched if missing)",
         show_default=False)] = None,
-    images: Annotated[list[str] | None, typer.Argument(
+    images: Annotated[Optional[list[str]], typer.Argument(
         help="images, folders, globs, or .txt lists of paths (default: a sample photo)",
         show_default=False)] = None,
     thresh: Annotated[float, typer.Option(
@@ -291,14 +291,14 @@ def detect(
                                             "class is suppressed (0: no NMS)")] = 0.45,
     hier: Annotated[float, typer.Option(help="hierarchical threshold (only region layers with a "
                                              "class tree use it; none on yolo outputs)")] = 0.5,
-    out: Annotated[Path | None, typer.Option(
+    out: Annotated[Optional[Path], typer.Option(
         help="one image: the PNG to draw (default predictions.png); several: a folder for "
              "one PNG each (default: none drawn)", show_default=False)] = None,
-    json_out: Annotated[str | None, typer.Option(
+    json_out: Annotated[Optional[str], typer.Option(
         "--json", help="write one JSON line per image to this file ('-': stdout, instead of "
                        "the text lines)", show_default=False)] = None,
     batch: Annotated[int, typer.Option(min=1, help="images per forward pass")] = 1,
-    names: Annotated[Path | None, typer.Option(
+    names: Annotated[Optional[Path], typer.Option(
         exists=True, dir_okay=False, help="class names, one per line (default: coco.names)",
         show_default=False)] = None,
     letterbox: Annotated[bool, typer.Option(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
@@ -53,7 +53,7 @@ def detector_test(
                                             help="Darknet .data file (its `names` are used)")],
     cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg")],
     weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .weights")],
-    image: Annotated[str | None, typer.Argument(
+    image: Annotated[Optional[str], typer.Argument(
         help="the image (none: ask for paths on stdin, as Darknet does)",
         show_default=False)] = None,
     thresh: Annotated[float, typer.Option(help="class probability threshold (or -thresh)")] = 0.5,

@@ -14,22 +14,9 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .activations import (
-    F32,
-    HARD_MISH,
-    MISH,
-    MISH_THRESHOLD,
-    NORM_CHAN,
-    NORM_CHAN_SOFTMAX,
-    NORM_CHAN_SOFTMAX_MAXVAL,
-    SWISH,
-    activate_array,
-    gradient_array,
-    hard_mish_f,
-    logistic_f,
-    mish_f,
-    softplus_f,
-)
+from .activations import (F32, HARD_MISH, MISH, MISH_THRESHOLD, NORM_CHAN, NORM_CHAN_SOFTMAX,
+                          NORM_CHAN_SOFTMAX_MAXVAL, SWISH, activate_array, gradient_array,
+                          hard_mish_f, logistic_f, mish_f, softplus_f)
 
 NORM_EPS = np.float32(0.0001)
 

@@ -114,8 +114,10 @@ def shortcut_cpu(batch, w1, h1, c1, add, w2, h2, c2, s1, s2, out):
     """out = s1*out + s2*add over the overlapping channels, sampling the larger map with a stride."""
     stride = w1 // w2
     sample = w2 // w1
-    stride = max(stride, 1)
-    sample = max(sample, 1)
+    if stride < 1:
+        stride = 1
+    if sample < 1:
+        sample = 1
     minw = min(w1, w2)
     minh = min(h1, h2)
     minc = min(c1, c2)

@@ -11,6 +11,7 @@ import numpy as np
 from numba import njit
 
 
+
 @njit(cache=True)
 def yolo_num_detections_cpu(output, offset, n, wh, classes, thresh):
     """yolo_num_detections: cells x anchors whose objectness is > thresh (image at offset)."""
@@ -87,10 +88,10 @@ def overlap(x1, w1, x2, w2):
     """overlap: length of the intersection of two centred segments (negative if apart)."""
     l1 = x1 - w1 / np.float32(2)
     l2 = x2 - w2 / np.float32(2)
-    left = max(l2, l1)
+    left = l1 if l1 > l2 else l2
     r1 = x1 + w1 / np.float32(2)
     r2 = x2 + w2 / np.float32(2)
-    right = min(r2, r1)
+    right = r1 if r1 < r2 else r2
     return right - left
 
 

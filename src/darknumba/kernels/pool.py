@@ -122,7 +122,7 @@ def _max2x2(inp, r0, r1, col):
     for cell in (r0 + col + 1, r1 + col, r1 + col + 1):
         v = inp[cell]
         bi = cell if v > best else bi
-        best = max(best, v)
+        best = v if v > best else best
     return best, bi
 
 

@@ -104,7 +104,8 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
                         o = tb + t * (coords + 1)
                         iou = box_iou(px, py, pw, ph, truth[o], truth[o + 1], truth[o + 2],
                                       truth[o + 3])
-                        best_iou = max(best_iou, iou)
+                        if iou > best_iou:
+                            best_iou = iou
                     obj_index = box_index + coords * wh
                     stats[4] += output[obj_index]
                     delta[obj_index] = np.float32(noobject_scale * (0.0 - output[obj_index]))
@@ -236,7 +237,8 @@ def softmax_tree_cpu(inp, output, batch, n, entries, wh, class_start, group_offs
                     largest = inp[base + o * wh + i]
                     for k in range(1, s):
                         v = inp[base + (o + k) * wh + i]
-                        largest = max(largest, v)
+                        if v > largest:
+                            largest = v
                     tot = 0.0
                     for k in range(s):
                         e = math.exp(np.float64(inp[base + (o + k) * wh + i]) - largest)

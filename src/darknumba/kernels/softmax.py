@@ -17,7 +17,8 @@ def softmax_cpu(inp, n, batch, batch_offset, groups, group_offset, stride, temp,
         largest = -FLT_MAX
         for i in range(n):
             v = inp[base + i * stride]
-            largest = max(largest, v)
+            if v > largest:
+                largest = v
         s = np.float32(0.0)
         for i in range(n):
             e = np.float32(math.exp(np.float64(inp[base + i * stride] / t - largest / t)))
@@ -85,7 +86,8 @@ def softmax_cpu_one(x, n, temp, out):
     t = np.float32(temp)
     largest = -FLT_MAX
     for i in range(n):
-        largest = max(largest, x[i])
+        if x[i] > largest:
+            largest = x[i]
     s = np.float32(0.0)
     for i in range(n):
         e = np.float32(math.exp(np.float64(x[i] / t - largest / t)))

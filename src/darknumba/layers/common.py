@@ -3,13 +3,7 @@ the way AlexeyAB's convolutional and shortcut layers do (activations that keep t
 activations across the channels of a pixel)."""
 import numpy as np
 
-from ..kernels.activations import (
-    ACTIVATIONS,
-    KEEPS_INPUT,
-    LINEAR,
-    PER_PIXEL,
-    activate_array,
-)
+from ..kernels.activations import ACTIVATIONS, KEEPS_INPUT, LINEAR, PER_PIXEL, activate_array
 from ..kernels.activations_ab import activate_layer_cpu, gradient_layer_cpu
 from ..kernels.blas import axpy_cpu, copy_cpu
 

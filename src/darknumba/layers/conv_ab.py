@@ -2,13 +2,7 @@
 make_convolutional_layer): stride_x / stride_y, dilation, antialiasing, share_index. The keys it
 reads that darknumba does not compute are errors naming the key, not silently unused.
 A dilated or unequally strided convolution takes the per-image im2col_cpu_ext path."""
-from ..kernels.im2col import (
-    col2im_cpu,
-    col2im_cpu_ext,
-    ext_out_size,
-    im2col_cpu,
-    im2col_cpu_ext,
-)
+from ..kernels.im2col import col2im_cpu, col2im_cpu_ext, ext_out_size, im2col_cpu, im2col_cpu_ext
 
 # keys of AlexeyAB's [convolutional] that change what it computes, with their defaults
 NOT_SUPPORTED = {

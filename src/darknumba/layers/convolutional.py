@@ -33,19 +33,8 @@ from ..kernels.gemm import add_transposed, gemm
 from ..kernels.im2col import col2im_batch_cpu, im2col_batch_cpu
 from .antialias import Antialiased
 from .base import DEFAULT_QUIRKS, Layer, require_image_input, scratch_of, zeros
-from .common import (
-    activate_output,
-    epilogue_activation,
-    get_activation,
-    gradient_output,
-)
-from .conv_ab import (
-    check_ext_sizes,
-    col2im_layer,
-    im2col_layer,
-    read_ab_keys,
-    share_parameters,
-)
+from .common import activate_output, epilogue_activation, get_activation, gradient_output
+from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch

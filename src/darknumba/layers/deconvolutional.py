@@ -12,14 +12,8 @@ from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from .base import DEFAULT_QUIRKS, Layer, require_image_input, zeros
-from .convolutional import (
-    alloc_params,
-    backward_batchnorm,
-    conv_weight_records,
-    forward_batchnorm,
-    get_activation,
-    update_params,
-)
+from .convolutional import (alloc_params, backward_batchnorm, conv_weight_records, forward_batchnorm,
+                            get_activation, update_params)
 
 
 class DeconvolutionalLayer(Layer):

@@ -8,12 +8,8 @@ Darknet's CPU backward_gru_layer is empty (only its GPU build trains a GRU); our
 exact back-propagation through the steps of one call.
 """
 from ..kernels.blas import copy_cpu, fill_cpu
-from ..kernels.recurrent import (
-    gru_backward_out_cpu,
-    gru_backward_reset_cpu,
-    gru_gates_cpu,
-    gru_output_cpu,
-)
+from ..kernels.recurrent import (gru_backward_out_cpu, gru_backward_reset_cpu, gru_gates_cpu,
+                                 gru_output_cpu)
 from .base import DEFAULT_QUIRKS, Layer, zeros
 from .connected import ConnectedLayer
 from .steps import StepBuffers, SubLayers, step_net

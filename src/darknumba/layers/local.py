@@ -10,11 +10,7 @@ import numpy as np
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
 from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu
 from ..kernels.im2col import col2im_cpu, im2col_cpu
-from ..kernels.local import (
-    local_forward_cpu,
-    local_input_grad_cpu,
-    local_weight_grad_cpu,
-)
+from ..kernels.local import local_forward_cpu, local_input_grad_cpu, local_weight_grad_cpu
 from .base import Layer, require_image_input, zeros
 from .common import get_activation
 

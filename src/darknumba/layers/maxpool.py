@@ -5,15 +5,9 @@ the map size unchanged), `antialiasing` (layers/antialias.py), and [local_avgpoo
 over each window's cells inside the image."""
 import numpy as np
 
-from ..kernels.pool import (
-    MAXPOOL2_MAX_W,
-    backward_local_avgpool_cpu,
-    backward_maxpool_cpu,
-    forward_local_avgpool_cpu,
-    forward_maxpool2_cpu,
-    forward_maxpool_cpu,
-    forward_maxpool_depth_cpu,
-)
+from ..kernels.pool import (MAXPOOL2_MAX_W, backward_local_avgpool_cpu, backward_maxpool_cpu,
+                            forward_local_avgpool_cpu, forward_maxpool2_cpu, forward_maxpool_cpu,
+                            forward_maxpool_depth_cpu)
 from .antialias import Antialiased
 from .base import Layer, require_image_input
 from .convolutional import ConvolutionalLayer

@@ -22,16 +22,9 @@ from ..box import Detections
 from ..image import letterbox_size
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.box import correct_yolo_boxes_cpu
-from ..kernels.region import (
-    MAX_TRUTHS,
-    activate_region_output,
-    get_region_detections_cpu,
-    get_region_detections_tree_cpu,
-    region_deltas,
-    region_gradient,
-    region_tree_class_only,
-    softmax_tree_cpu,
-)
+from ..kernels.region import (MAX_TRUTHS, activate_region_output, get_region_detections_cpu,
+                              get_region_detections_tree_cpu, region_deltas, region_gradient,
+                              region_tree_class_only, softmax_tree_cpu)
 from ..kernels.softmax import softmax_cpu
 from ..kernels.yolo import sum_squares
 from ..tree import read_map, read_tree, resolve

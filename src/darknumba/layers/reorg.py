@@ -7,7 +7,7 @@ way, `flatten=1` transposes channel-major to pixel-major, `extra=N` pads N value
 Backward applies the inverse permutation; Darknet *writes* it over the previous delta, we add
 (compat="darknet-cpu" writes).
 """
-from ..kernels.blas import axpy_cpu, copy_cpu
+from ..kernels.blas import copy_cpu, axpy_cpu
 from ..kernels.reorg import flatten_cpu, reorg_cpu
 from .base import DEFAULT_QUIRKS, Layer, require_image_input
 

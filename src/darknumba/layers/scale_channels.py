@@ -7,12 +7,8 @@ AlexeyAB's CPU [sam] *writes* the from layer's delta: quirks.sam_overwrites_from
 import numpy as np
 
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
-from ..kernels.scale_channels import (
-    backward_sam_cpu,
-    backward_scale_channels_cpu,
-    forward_sam_cpu,
-    forward_scale_channels_cpu,
-)
+from ..kernels.scale_channels import (backward_sam_cpu, backward_scale_channels_cpu,
+                                      forward_sam_cpu, forward_scale_channels_cpu)
 from .base import DEFAULT_QUIRKS, Layer
 from .common import get_activation
 

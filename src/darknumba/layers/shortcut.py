@@ -10,22 +10,10 @@ normalised weights; update_shortcut_layer is SGD with momentum and decay.
 import numpy as np
 
 from ..kernels.activations import ACTIVATIONS
-from ..kernels.blas import (
-    axpy_cpu,
-    copy_cpu,
-    sgd_update_cpu,
-    shortcut_cpu,
-    shortcut_same_cpu,
-)
-from ..kernels.blas_ab import (
-    NO_NORMALIZATION,
-    RELU_NORMALIZATION,
-    SOFTMAX_NORMALIZATION,
-    backward_shortcut_input_cpu,
-    normalized_weights,
-    shortcut_input_cpu,
-    shortcut_weight_updates_cpu,
-)
+from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu, shortcut_cpu, shortcut_same_cpu
+from ..kernels.blas_ab import (NO_NORMALIZATION, RELU_NORMALIZATION, SOFTMAX_NORMALIZATION,
+                               backward_shortcut_input_cpu, normalized_weights, shortcut_input_cpu,
+                               shortcut_weight_updates_cpu)
 from .base import Layer
 from .common import SHORTCUT_EXCLUDED, activate_output, get_activation, gradient_output
 
