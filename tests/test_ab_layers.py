@@ -26,6 +26,7 @@ def build(tmp_path, body, *, batch=2, w=7, h=7, c=3, compat=None, seed=0, dialec
             l.biases[:] = rng.normal(0, 0.2, l.biases.size)
             if l.batch_normalize:
                 l.scales[:] = rng.uniform(0.5, 1.5, l.scales.size)
+                l.rolling_variance[:] = 1       # test mode: not 0, which blows the output up
     return net, rng
 
 
@@ -533,3 +534,46 @@ def test_reorg3d_is_space_to_depth(tmp_path):
 def test_sections_not_supported_yet(tmp_path, section):
     msg = cfg_error(tmp_path, conv(3) + f"[{section}]\n")
     assert "ab.cfg:" in msg and f"[{section.lower()}]" in msg and "not support" in msg, msg
+
+
+# -- all of them in one network ---------------------------------------------------------------
+
+ALL_LAYERS = (conv(8, activation="mish", extra="batch_normalize=1\n")
+              + conv(8, activation="swish", extra="dilation=2\n")
+              + "[route]\nlayers=-1,-2\ngroups=2\ngroup_id=1\n\n"                  # 2: 8 ch
+              + "[maxpool]\nmaxpool_depth=1\nout_channels=4\n\n"                   # 3: 4 ch
+              + conv(8, 1, activation="hard_mish")                                 # 4
+              + "[shortcut]\nfrom=-3,-4\nweights_type=per_channel\n"
+                "weights_normalization={norm}\nactivation=mish\n\n"                # 5
+              + conv(8, 1, activation="logistic") + "[sam]\nfrom=-2\n\n"           # 6, 7
+              + "[avgpool]\n\n" + "[scale_channels]\nfrom=-2\n\n"                  # 8, 9
+              + "[implicit]\nfilters=8\n\n" + "[scale_channels]\nfrom=-2\n\n"      # 10, 11
+              + conv(6, 3, 2, "gelu", "antialiasing=1\n")                          # 12
+              + "[maxpool]\nsize=2\nstride=2\nantialiasing=2\n\n"                  # 13
+              + "[local_avgpool]\nsize=2\nstride=1\npadding=0\n\n"               # 14
+              + "[reorg3d]\nstride=2\n\n"
+              + conv(3, 1, activation="{act}"))
+
+
+def test_all_new_layers_train_resize_and_weights(tmp_path):
+    """The new layers together (their gradients are checked one by one above): a training step
+    changes the output, .weights round trip, resize and forward again."""
+    from darknumba.weights import load_weights, save_weights
+    body = ALL_LAYERS.format(norm="softmax", act="normalize_channels_softmax")
+    net, rng = build(tmp_path, body, w=20, h=20)
+    x = rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32)
+    before = net.forward(x).copy()
+    net.layers[-1].delta[:] = 0.1
+    net.backward()
+    net.update()
+    assert not np.array_equal(net.forward(x), before)
+    path = tmp_path / "all.weights"
+    save_weights(net, path)
+    other, _ = build(tmp_path, body, w=20, h=20, seed=5)
+    load_weights(other, path)
+    np.testing.assert_array_equal(other.forward(x), net.forward(x))
+    net.resize(28, 36)
+    out = net.forward(rng.uniform(-1, 1, net.batch * net.inputs).astype(np.float32))
+    last = net.layers[-1]
+    assert out.size == net.batch * last.outputs and (last.out_w, last.out_h) == (3, 4)
+    assert np.isfinite(out).all()

@@ -11,7 +11,8 @@ _EMPTY = np.empty(0, np.float32)
 
 
 # activations AlexeyAB's darknet computes only in [convolutional] layers (swish and mish in
-# [shortcut] too); its other layers' activate() has no case for them and outputs 0
+# [shortcut] too); its other layers' activate() has no case for them and outputs 0. [crnn]
+# refuses them too: what they keep for backward would hold the last time step only
 CONV_ONLY = ("swish", "mish", "hard_mish", "normalize_channels", "normalize_channels_softmax",
              "normalize_channels_softmax_maxval")
 SHORTCUT_EXCLUDED = CONV_ONLY[2:]
@@ -24,8 +25,8 @@ def get_activation(section, key="activation", default="logistic", exclude=CONV_O
                                  f"{', '.join(sorted(ACTIVATIONS))}")
     if name in exclude:
         where = "[convolutional] and [shortcut]" if name in ("swish", "mish") else "[convolutional]"
-        raise section.error(key, f"{name} is computed only in {where} layers (AlexeyAB's "
-                                 f"[{section.type}] outputs 0 for it)")
+        raise section.error(key, f"{name} is computed only in {where} layers (most other "
+                                 f"layers of AlexeyAB's darknet output 0 for it)")
     return name
 
 

@@ -37,7 +37,7 @@ class CRNNLayer(RNNLayer):
     def from_cfg(cls, s, params):
         require_image_input(s, params)
         out_f, hid_f = s.find_int("output_filters", 1), s.find_int("hidden_filters", 1)
-        act = get_activation(s, exclude=())
+        act = get_activation(s)
         bn = s.find_int("batch_normalize", 0)
         steps = params.net.time_steps
         if params.batch % steps:
