@@ -137,3 +137,75 @@ def test_train_with_mosaic_and_map_writes_alexeyabs_files(shapes, tmp_path):
                    log=lambda m, file=None: lines.append(m))
     assert [m.split(":")[0] for m in lines if m.split(":")[0].isdigit()] == ["7", "8"]
 
+
+@pytest.mark.slow
+def test_cli_grammar_as_alexeyab(shapes, tmp_path):
+    """detector train DATA CFG [WEIGHTS] -map -clear -dont_show, and --dialect."""
+    from typer.testing import CliRunner
+
+    from darknumba.cli import app
+    data, cfg = shapes
+    run = CliRunner().invoke
+    r = run(app, ["detector", "train", str(data), str(cfg), "--max-batches", "2",
+                  "--no-progress", "--no-chart", "--backup", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    w = tmp_path / "ab-tiny_final.weights"
+    r = run(app, ["detector", "train", str(data), str(cfg), str(w), "-map", "-clear",
+                  "-dont_show", "--max-batches", "2", "--no-progress", "--no-chart",
+                  "--backup", str(tmp_path / "ft"), "--dialect", "alexeyab"])
+    assert r.exit_code == 0, r.output
+    assert "1: " in r.output and "avg loss" in r.output and "New best mAP!" in r.output
+    assert sorted(os.listdir(tmp_path / "ft")) == ["ab-tiny_best.weights", "ab-tiny_ema.weights",
+                                                  "ab-tiny_final.weights",
+                                                  "ab-tiny_last.weights"]
+    r = run(app, ["detector", "train", str(data), str(cfg), "--dialect", "darknet"])
+    assert r.exit_code != 0 and "pjreddie or alexeyab" in r.output
+
+
+def _needs_route_groups():
+    from conftest import ROOT
+    net = parse_network_cfg(ROOT / "cfg" / "yolov4-tiny.cfg", allocate=False)
+    if net.layers[3].out_c != 32:
+        pytest.skip("yolov4-tiny needs [route] groups (AlexeyAB's layers)")
+    return ROOT
+
+
+@pytest.mark.slow
+def test_partial_yolov4_tiny_conv29_then_custom_training_starts(shapes, tmp_path):
+    """partial cfg/yolov4-tiny.cfg yolov4-tiny.weights yolov4-tiny.conv.29 29 as AlexeyAB's:
+    layers 0..28, header 0.2.5, seen 0; AlexeyAB reads only those layers, so the 1-class
+    custom cfg cuts the same bytes; training the custom cfg (here 3 classes, 96x96) from it
+    starts with those 29 layers loaded."""
+    from conftest import v4tiny_weights
+    from typer.testing import CliRunner
+
+    from darknumba.cli import app
+    from darknumba.train.detector import TrainOptions, train_detector
+    root = _needs_route_groups()
+    weights = v4tiny_weights()
+    cut = tmp_path / "yolov4-tiny.conv.29"
+    r = CliRunner().invoke(app, ["partial", str(root / "cfg" / "yolov4-tiny.cfg"), str(weights),
+                                 str(cut), "29"])
+    assert r.exit_code == 0, r.output
+    net = parse_network_cfg(root / "cfg" / "yolov4-tiny.cfg", batch=1, allocate=False)
+    size = 20 + 4 * sum(a.size for l in net.layers[:29] for _, a in l.weight_records())
+    assert os.path.getsize(cut) == size and _seen(cut)[:2] == ((0, 2, 5), 0)
+    assert cut.read_bytes()[20:] == weights.read_bytes()[20:size]
+    custom = root / "cfg" / "yolov4-tiny-custom.cfg"
+    r = CliRunner().invoke(app, ["partial", str(custom), str(weights), str(tmp_path / "c"), "29"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "c").read_bytes() == cut.read_bytes()
+
+    text = custom.read_text()
+    for a, b in (("classes=1", "classes=3"), ("filters=18", "filters=24"), ("batch=64", "batch=2"),
+                 ("subdivisions=16", "subdivisions=1"), ("width=416", "width=96"),
+                 ("height=416", "height=96"), ("max_batches=6000", "max_batches=2")):
+        text = text.replace(a, b)
+    small = tmp_path / "yolov4-tiny-custom.cfg"
+    small.write_text(text)
+    lines = []
+    r = train_detector(shapes[0], small, TrainOptions(weights=str(cut), backup=str(tmp_path / "b"),
+                                                      progress=False, chart=False),
+                       log=lambda m, file=None: lines.append(m))
+    assert any(m.startswith("loaded 29 of 38 layers") for m in lines), lines[:3]
+    assert r["final_iteration"] == 2 and np.isfinite(r["loss"])

@@ -141,11 +141,16 @@ def training_network(cfgfile, opts, log):
     return net
 
 
-def partial(cfg, weights, out, n: int, log=print):
-    """partial: load the full network (seen reset to 0), save layers [0, n) only."""
-    net = load_network(cfg, weights, batch=1, clear=True)
+def partial(cfg, weights, out, n: int, log=print, dialect: str | None = None):
+    """partial: save layers [0, n) only, seen reset to 0. pjreddie's loads the whole weights
+    file first (it must fit the cfg); AlexeyAB's reads only the layers it keeps, so the cfg
+    may have another head (e.g. yolov4-tiny.weights cut with yolov4-tiny-custom.cfg)."""
+    net = parse_network_cfg(cfg, batch=1, seed=None, dialect=dialect,
+                            weights_version=peek_version(weights))
     if not 0 <= n <= net.n:
         raise DarknumbaError(f"partial: N = {n} outside 0..{net.n} ({cfg} has {net.n} layers)")
+    load_weights(net, weights, cutoff=n if net.dialect == "alexeyab" else None)
+    net.seen = 0
     save_weights(net, out, cutoff=n)
     log(f"saved layers 0..{n - 1} of {cfg} to {out}")
 
