@@ -352,8 +352,8 @@ def test_config_from_network(tmp_path):
     assert a.mixup == 0 and "cutmix" in msgs[0]          # cutmix wins over mixup, then dropped
     assert AbAugmentConfig.from_network(_ab_net(tmp_path, mosaic=None, mixup=1)).mixup == 1
     assert AbAugmentConfig.from_network(_ab_net(tmp_path, mixup=1)).mixup == 3
-    a = AbAugmentConfig.from_network(_ab_net(tmp_path, exposure=0, flip=0, letter_box=1))
-    assert a.exposure == 1 and not a.flip and a.letter_box
+    a = AbAugmentConfig.from_network(_ab_net(tmp_path, flip=0, letter_box=1))
+    assert not a.flip and a.letter_box
 
 
 def test_loader_keeps_200_boxes_and_says_so(tmp_path):

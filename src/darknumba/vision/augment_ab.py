@@ -55,8 +55,8 @@ class AbAugmentConfig:
             log("cutmix=1 is for classifiers: detector training ignores it (as AlexeyAB's does)")
         return cls(jitter=float(getattr(last, "jitter", 0.2)),
                    resize=float(getattr(last, "resize_range", 1.0)),
-                   hue=float(net.hue), saturation=float(net.saturation or 1),
-                   exposure=float(net.exposure or 1), flip=bool(getattr(net, "flip", 1)),
+                   hue=float(net.hue), saturation=float(net.saturation),
+                   exposure=float(net.exposure), flip=bool(getattr(net, "flip", 1)),
                    blur=int(getattr(net, "blur", 0)),
                    gaussian_noise=int(getattr(net, "gaussian_noise", 0)), mixup=mode,
                    letter_box=bool(getattr(net, "letter_box", 0)),
