@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ..errors import DarknumbaError
+
 TRUTH_SIZE = 6          # x, y, w, h, class, track id
 
 
@@ -45,6 +47,11 @@ class AbAugmentConfig:
     def from_network(cls, net, log=None):
         """AlexeyAB's parser turns mosaic/cutmix/mixup into one mode (mosaic wins over mixup;
         cutmix is for classifiers: load_data_detection drops it with a message, as here)."""
+        for key in ("track", "contrastive"):
+            if getattr(net, key, 0):
+                raise DarknumbaError(f"{net.cfg_path}: [net] {key}=1 (AlexeyAB's "
+                                     f"{'video tracking' if key == 'track' else 'contrastive'} "
+                                     f"training) is not supported for detector training yet")
         last = [l for l in net.layers if l.type in ("yolo", "region")][-1]
         mode = int(getattr(net, "mixup", 0))
         if getattr(net, "cutmix", 0) and not getattr(net, "mosaic", 0):
