@@ -420,3 +420,59 @@ def test_opencv_dnn_reads_the_file(tmp_path):
     det[:, 5:] *= det[:, 4:5]
     assert np.max(np.abs(det[:, 4:] - ref[:, 4:])) < 1e-3
     assert np.max(np.abs(det[:, :4] - ref[:, :4]) / 416) < 1e-3
+
+
+def _run_activation(name, x):
+    import onnx
+    from darknumba.export.activations import activation
+    from darknumba.export.graph import Graph
+    g = Graph()
+    g.op("Identity", [activation(g, "input", name, "test")], name="y")
+    info = lambda n: onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, list(x.shape))  # noqa: E731
+    model = g.model([info("input")], [info("y")])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(["y"], {"input": x})[0]
+
+
+def _ab_reference(name, x):
+    """AlexeyAB's activations.c formulas, in float64."""
+    x = x.astype(np.float64)
+    sig = 1 / (1 + np.exp(-x))
+    softplus = np.where(x > 20, x, np.where(x < -20, np.exp(x), np.log1p(np.exp(x))))
+    if name == "relu6":
+        return np.clip(x, 0, 6)
+    if name == "revleaky":
+        return np.where(x > 0, x, 0.1 * x)
+    if name == "gelu":
+        return 0.5 * x * (1 + np.tanh(0.797885 * x + 0.035677 * x ** 3))
+    if name == "swish":
+        return x * sig
+    if name == "mish":
+        return x * np.tanh(softplus)
+    if name == "hard_mish":
+        return np.where(x > 0, x, np.where(x > -2, x * x / 2 + x, 0))
+    pos = np.maximum(x, 0)
+    if name == "normalize_channels":
+        return pos / (1e-4 + pos.sum(axis=1, keepdims=True))
+    shift = x.max(axis=1, keepdims=True) if name.endswith("maxval") else 0
+    e = np.exp(x - shift)
+    return e / (1e-4 + e.sum(axis=1, keepdims=True))
+
+
+def test_every_activation_builder():
+    """Each builder against Darknet's formula: pjreddie's 14 against the engine's kernel,
+    AlexeyAB's 9 against their formulas (the normalize_channels family across channels)."""
+    from darknumba.export.activations import ACTIVATION_BUILDERS
+    from darknumba.kernels.activations import ACTIVATIONS, activate_array
+    grid = np.concatenate([np.linspace(-8, 8, 97), np.arange(-6, 7) + 0.5, [-25, -21, 21, 25]])
+    x = np.resize(grid, 6 * 4 * 5).reshape(1, 6, 4, 5).astype(np.float32)
+    assert set(ACTIVATION_BUILDERS) >= set(ACTIVATIONS)
+    for name in ACTIVATION_BUILDERS:
+        got = _run_activation(name, x)
+        if name in ACTIVATIONS:
+            ref = x.reshape(-1).copy()
+            activate_array(ref, ref.size, ACTIVATIONS[name])
+            ref = ref.reshape(x.shape)
+        else:
+            ref = _ab_reference(name, x)
+        np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5, err_msg=name)
