@@ -11,7 +11,7 @@ import pytest
 import darknumba as dn
 from darknumba.parser import CfgWarning
 
-from conftest import ROOT, tiny_weights
+from conftest import ROOT, tiny_weights, v4tiny_weights
 
 pytest.importorskip("onnx", reason="the onnx package is not installed (pip install darknumba[onnx])")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install darknumba[onnx])")
@@ -333,6 +333,15 @@ def test_alexeyab_networks_random_weights(tmp_path, name, size):
     assert within_tol(net, d), d
 
 
+def test_yolov4_tiny_official_weights():
+    weights = v4tiny_weights()
+    net = ab_net_or_skip(ROOT / "cfg/yolov4-tiny.cfg", batch=1)
+    dn.load_weights(net, weights)
+    for fuse in (True, False):
+        d = head_diffs(net, build_onnx(net, fuse_bn=fuse), image_batch(net))
+        assert max(d.values()) < TOL, (fuse, d)
+
+
 def test_region_head(tmp_path):
     text = """[net]
 batch=1
@@ -476,3 +485,47 @@ def test_every_activation_builder():
         else:
             ref = _ab_reference(name, x)
         np.testing.assert_allclose(got, ref, atol=1e-5, rtol=1e-5, err_msg=name)
+
+
+def test_batchnorm_activation_and_logistic_layers(tmp_path):
+    text = """[net]
+batch=2
+width=10
+height=8
+channels=3
+[convolutional]
+filters=6
+size=3
+stride=1
+pad=1
+activation=linear
+[batchnorm]
+[activation]
+activation=relie
+[logistic]
+"""
+    for dialect in ("pjreddie", "alexeyab"):
+        net = net_from_text(tmp_path, text, dialect=dialect)
+        rng = np.random.default_rng(3)
+        bn = net.layers[1]
+        bn.scales[:] = rng.uniform(0.5, 1.5, 6)
+        bn.biases[:] = rng.normal(0, 0.1, 6)
+        bn.rolling_mean[:] = rng.normal(0, 0.2, 6)
+        bn.rolling_variance[:] = rng.uniform(1e-4, 2.0, 6)
+        d = head_diffs(net, build_onnx(net), image_batch(net))
+        assert list(d) == ["layer_3"] and d["layer_3"] < TOL
+
+
+def test_cli_export_onnx(tmp_path):
+    from typer.testing import CliRunner
+    from darknumba.cli import app
+    net = randomize(net_from_text(tmp_path, small_yolo()))
+    dn.save_weights(net, tmp_path / "n.weights")
+    r = CliRunner().invoke(app, ["export", "onnx", str(tmp_path / "net.cfg"), str(tmp_path / "n.weights"),
+                                 str(tmp_path / "n.onnx"), "--decode", "--dynamic", "--batch", "2"])
+    assert r.exit_code == 0, r.output
+    assert "outputs detections" in r.output
+    diff = float(re.search(r"layer_2 ([0-9.e+-]+)", r.output).group(1))
+    assert diff < TOL
+    x = np.random.default_rng(0).random((3, 3, 96, 64), np.float32)     # other batch and size
+    assert run_onnxruntime(tmp_path / "n.onnx", x)["detections"].shape == (3, 48 * 32 * 3, 8)

@@ -16,6 +16,10 @@ ONNX writes differently:
 - [route] is Concat of its inputs, each cut to its group_id-th of `groups` channel slices;
   [shortcut] is alpha * previous + beta * from, then the activation.
 - [yolo] and [region] heads: see yolo.py.
+- [connected] is Flatten + Gemm, its output (batch, outputs, 1, 1); [avgpool] is
+  GlobalAveragePool; [softmax] (groups, temperature) a Softmax per group; [dropout] and [cost]
+  pass their input on.
+- pjreddie's tanh is (e^2x - 1) / (e^2x + 1), NaN past |x| ~ 355 where ONNX's Tanh gives +-1.
 """
 from __future__ import annotations
 
@@ -159,6 +163,19 @@ def softmax(g, l, i, ctx):
     return g.reshape(y, [0, l.outputs, 1, 1])
 
 
+def batchnorm(g, l, i, ctx):
+    """[batchnorm] alone: always a BatchNormalization node (nothing to fold it into)."""
+    return _batchnorm_node(g, l, ctx.x(i), ctx.net.quirks)
+
+
+def activation_layer(g, l, i, ctx):
+    return activation(g, ctx.x(i), l.activation, ctx.where(i))
+
+
+def logistic(g, l, i, ctx):
+    return g.op("Sigmoid", [ctx.x(i)])
+
+
 def passthrough(g, l, i, ctx):
     """[dropout] at inference and [cost]: the input unchanged."""
     return ctx.x(i)
@@ -177,7 +194,8 @@ LAYER_BUILDERS = {
     "convolutional": convolutional, "connected": connected, "maxpool": maxpool,
     "avgpool": avgpool, "upsample": upsample, "route": route, "shortcut": shortcut,
     "softmax": softmax, "dropout": passthrough, "cost": passthrough, "yolo": yolo,
-    "region": region,
+    "region": region, "batchnorm": batchnorm, "activation": activation_layer,
+    "logistic": logistic,
 }
 HEADS = ("yolo", "region")
 
