@@ -239,7 +239,10 @@ temperature=2
 def test_classifier_layers(tmp_path):
     net = randomize(net_from_text(tmp_path, CLASSIFIER))
     for fuse in (True, False):
-        d = head_diffs(net, build_onnx(net, fuse_bn=fuse), image_batch(net))
+        model = build_onnx(net, fuse_bn=fuse)
+        dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
+        assert dims == [3, 6, 1, 1]
+        d = head_diffs(net, model, image_batch(net))
         assert list(d) == ["layer_5"] and d["layer_5"] < 1e-6
 
 

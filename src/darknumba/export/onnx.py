@@ -250,7 +250,11 @@ def build_onnx(net, fuse_bn: bool = True, decode: bool = False, dynamic: bool = 
         for i in outs:
             l = net.layers[i]
             g.op("Identity", [ctx.tensors[i]], name=f"layer_{i}")
-            dims = [batch, l.out_c, f"h{i}" if dynamic else l.out_h, f"w{i}" if dynamic else l.out_w]
+            if l.out_c * l.out_h * l.out_w == l.outputs:
+                dims = [batch, l.out_c, f"h{i}" if dynamic else l.out_h,
+                        f"w{i}" if dynamic else l.out_w]
+            else:                                   # a flat output, as (batch, outputs, 1, 1)
+                dims = [batch, l.outputs, 1, 1]
             outputs.append(onnx.helper.make_tensor_value_info(f"layer_{i}", f32, dims))
     meta = {"cfg": os.path.basename(net.cfg_path or ""), "dialect": net.dialect,
             "outputs": "decoded" if decode else "raw", "batch_norm": "folded" if fuse_bn else "nodes"}
