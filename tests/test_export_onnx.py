@@ -532,3 +532,9 @@ def test_cli_export_onnx(tmp_path):
     assert diff < TOL
     x = np.random.default_rng(0).random((3, 3, 96, 64), np.float32)     # other batch and size
     assert run_onnxruntime(tmp_path / "n.onnx", x)["detections"].shape == (3, 48 * 32 * 3, 8)
+
+
+def test_decode_needs_yolo_heads(tmp_path):
+    net = net_from_text(tmp_path, CLASSIFIER)
+    with pytest.raises(ExportError, match=r"--decode needs \[yolo\] heads.*\[softmax\]"):
+        build_onnx(net, decode=True)

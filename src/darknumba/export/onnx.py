@@ -223,42 +223,48 @@ def build_onnx(net, fuse_bn: bool = True, decode: bool = False, dynamic: bool = 
             raise ExportError(f"{ctx.where(i)}: [{l.type}] layers are not exportable to ONNX "
                               f"(exportable: {exportable})")
         ctx.tensors.append(builder(g, l, i, ctx))
-    outs = output_layers(net)
     onnx = g.onnx
     f32 = onnx.TensorProto.FLOAT
     batch = "batch" if dynamic else net.batch
     height, width = ("height", "width") if dynamic else (net.h, net.w)
     inputs = [onnx.helper.make_tensor_value_info(INPUT, f32, [batch, net.c, height, width])]
-    if decode:
-        yolos = [i for i in outs if net.layers[i].type == "yolo"]
-        if not yolos or len(yolos) != len(outs):
-            raise ExportError(f"{os.path.basename(net.cfg_path or 'network')}: --decode needs "
-                              f"[yolo] heads; this network outputs "
-                              f"{', '.join(f'[{net.layers[i].type}]' for i in outs)}")
-        grid = Grid(g, INPUT, dynamic, net.w, net.h)
-        rows = [yolo_decoded(g, net.layers[i], ctx.tensors[i], grid) for i in yolos]
-        if len(rows) > 1:
-            g.op("Concat", rows, axis=1, name="detections")
-        else:
-            g.op("Identity", rows, name="detections")
-        entries = 5 + net.layers[yolos[0]].classes
-        count = "boxes" if dynamic else sum(net.layers[i].n * net.layers[i].w * net.layers[i].h
-                                            for i in yolos)
-        outputs = [onnx.helper.make_tensor_value_info("detections", f32, [batch, count, entries])]
-    else:
-        outputs = []
-        for i in outs:
-            l = net.layers[i]
-            g.op("Identity", [ctx.tensors[i]], name=f"layer_{i}")
-            if l.out_c * l.out_h * l.out_w == l.outputs:
-                dims = [batch, l.out_c, f"h{i}" if dynamic else l.out_h,
-                        f"w{i}" if dynamic else l.out_w]
-            else:                                   # a flat output, as (batch, outputs, 1, 1)
-                dims = [batch, l.outputs, 1, 1]
-            outputs.append(onnx.helper.make_tensor_value_info(f"layer_{i}", f32, dims))
+    outs = output_layers(net)
+    outputs = (_decoded_output if decode else _raw_outputs)(g, ctx, outs, batch, dynamic)
     meta = {"cfg": os.path.basename(net.cfg_path or ""), "dialect": net.dialect,
             "outputs": "decoded" if decode else "raw", "batch_norm": "folded" if fuse_bn else "nodes"}
     return g.model(inputs, outputs, doc="Darknet network exported by darknumba", metadata=meta)
+
+
+def _raw_outputs(g, ctx, outs, batch, dynamic):
+    """Each output layer's tensor as `layer_<i>`, NCHW (a flat one as (batch, outputs, 1, 1))."""
+    onnx, net, values = g.onnx, ctx.net, []
+    for i in outs:
+        l = net.layers[i]
+        g.op("Identity", [ctx.tensors[i]], name=f"layer_{i}")
+        if l.out_c * l.out_h * l.out_w == l.outputs:
+            dims = [batch, l.out_c, f"h{i}" if dynamic else l.out_h, f"w{i}" if dynamic else l.out_w]
+        else:
+            dims = [batch, l.outputs, 1, 1]
+        values.append(onnx.helper.make_tensor_value_info(f"layer_{i}", onnx.TensorProto.FLOAT, dims))
+    return values
+
+
+def _decoded_output(g, ctx, outs, batch, dynamic):
+    """One `detections` tensor: every [yolo] head's rows (yolo.py), heads in order."""
+    net = ctx.net
+    heads = [net.layers[i] for i in outs]
+    if any(l.type != "yolo" for l in heads) or len({l.classes for l in heads}) != 1:
+        raise ExportError(f"{os.path.basename(net.cfg_path or 'network')}: --decode needs "
+                          f"[yolo] heads of one class count; this network outputs "
+                          + ", ".join(f"[{l.type}] ({getattr(l, 'classes', 0)} classes)"
+                                      for l in heads))
+    grid = Grid(g, INPUT, dynamic, net.w, net.h)
+    rows = [yolo_decoded(g, net.layers[i], ctx.tensors[i], grid) for i in outs]
+    g.op("Concat" if len(rows) > 1 else "Identity", rows, name="detections",
+         **({"axis": 1} if len(rows) > 1 else {}))
+    count = "boxes" if dynamic else sum(l.n * l.w * l.h for l in heads)
+    return [g.onnx.helper.make_tensor_value_info("detections", g.onnx.TensorProto.FLOAT,
+                                                 [batch, count, 5 + heads[0].classes])]
 
 
 def export_onnx(net, path, fuse_bn: bool = True, decode: bool = False, dynamic: bool = False):
