@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import darknumba as dn
-from darknumba.parser import CfgWarning
+from darknumba.errors import CfgWarning
 
 from conftest import ROOT, tiny_weights, v4tiny_weights
 
