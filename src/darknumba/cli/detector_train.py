@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from .detector import detector_app
+from .options import CheckEveryOption, MpiTimeoutOption, SyncBnOption
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
@@ -38,9 +39,14 @@ def train(data: DataArg, cfg: CfgArg,
           compat: Annotated[str | None, typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+          sync_bn: SyncBnOption = False,
+          check_every: CheckEveryOption = 100,
+          mpi_timeout: MpiTimeoutOption = None,
 ):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
-    saves <cfg>.backup; starting from a checkpoint resumes at its `seen`."""
+    saves <cfg>.backup; starting from a checkpoint resumes at its `seen`. Under
+    `mpirun -np N` the N processes train one network, sharing each iteration's mini-batches."""
+    from ..train.data_parallel import run_training
     from ..train.detector import Schedule, TrainOptions, train_detector
     if map_flag and not map_every:
         map_every = -1          # train_detector turns it into 4 epochs
@@ -51,7 +57,8 @@ def train(data: DataArg, cfg: CfgArg,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
                         compat=check_compat(compat))
-    train_detector(str(data), str(cfg), opts, log=_log)
+    run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
+                 mpi_timeout)
 
 
 def check_compat(value):

@@ -1,9 +1,11 @@
 """Batches for training, prepared ahead in background threads (Darknet's `load_data` thread).
 
-Reproducible with a seed whatever the thread timing: batch k draws its images and every random
-number from its own generator seeded with (seed, k), and the multi-scale size of batch k is a
-function of (seed, k // 10) alone. Decoding (PIL) and the augmentation kernels (numba, nogil)
-release the GIL, so a couple of threads keep ahead of the network.
+Reproducible with a seed whatever the thread timing: image i of batch k is drawn and augmented
+with its own generator seeded with (seed, k, i), and the multi-scale size of batch k is a
+function of (seed, k // 10) alone. So a loader can load any part of a batch (`positions`: a
+data-parallel rank's share) and get exactly those images of the whole batch. Decoding (PIL) and
+the augmentation kernels (numba, nogil) release the GIL, so a couple of threads keep ahead of
+the network.
 """
 from __future__ import annotations
 
@@ -50,13 +52,15 @@ class MultiScale:
 
 
 class DetectionLoader:
-    """Iterate (X (n,3,h,w) float32, truth (n, max_boxes*5) float32) from batch `start` on.
+    """Iterate (X (n,3,h,w) float32, truth (n, max_boxes*5) float32) from batch `start` on:
+    the batch's `images` images, or only those at `positions` among them (n = len(positions)).
     Images are drawn at random with replacement (get_random_paths)."""
 
     def __init__(self, dataset: DetectionDataset, images: int, aug: AugmentConfig,
                  scales: MultiScale, seed: int = 0, start: int = 0, workers: int = 2,
-                 prefetch: int = 2):
+                 prefetch: int = 2, positions=None):
         self.ds, self.images, self.aug, self.scales = dataset, images, aug, scales
+        self.positions = list(range(images) if positions is None else positions)
         self.seed, self.next_index = seed, start
         self.prefetch = max(1, prefetch)
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers),
@@ -64,11 +68,11 @@ class DetectionLoader:
         self.pending: collections.deque = collections.deque()
 
     def load_batch(self, k: int):
-        rng = np.random.default_rng([self.seed, k])
         w, h = self.scales.size(k)
-        X = np.empty((self.images, 3, h, w), dtype=np.float32)
-        T = np.zeros((self.images, self.aug.max_boxes * 5), dtype=np.float32)
-        for i in range(self.images):
+        X = np.empty((len(self.positions), 3, h, w), dtype=np.float32)
+        T = np.zeros((len(self.positions), self.aug.max_boxes * 5), dtype=np.float32)
+        for i, position in enumerate(self.positions):
+            rng = np.random.default_rng([self.seed, k, position])
             for _ in range(100):
                 j = int(rng.integers(len(self.ds)))
                 path = self.ds.paths[j]
