@@ -1,9 +1,12 @@
 import json
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+from darknumba.parity.tensordiff import named_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("DARKNUMBA_GOLDEN", ROOT.parent / "shared" / "golden"))
@@ -11,6 +14,13 @@ DATA = Path(os.environ.get("DARKNUMBA_DATA", ROOT.parent / "shared" / "data"))
 TINY_WEIGHTS = Path(os.environ.get("DARKNUMBA_TINY_WEIGHTS", ROOT / "weights" / "yolov3-tiny.weights"))
 V4TINY_WEIGHTS = Path(os.environ.get("DARKNUMBA_V4TINY_WEIGHTS",
                                      ROOT / "weights" / "yolov4-tiny.weights"))
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded from the test's node id: a test draws the same numbers run alone or
+    in the suite, whatever other tests draw before it."""
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
 def golden_dir(name: str) -> Path:
@@ -42,8 +52,39 @@ def v4tiny_weights() -> Path:
     return V4TINY_WEIGHTS
 
 
-def max_rel(a, b) -> tuple[float, float]:
-    """(max |a-b|, max |a-b| / max |b|)"""
-    d = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(b) else 0.0
-    scale = float(np.max(np.abs(b))) if np.size(b) else 1.0
-    return d, d / (scale if scale > 0 else 1.0)
+# -- guard cells: a kernel's output as a view into a larger buffer whose ends hold a sentinel,
+#    which a write past the end of the view changes (numba checks no bounds by default)
+SENTINEL = np.float32(-7.25)
+GUARD = 64
+
+
+def guarded(shape, dtype=np.float32, fill=0):
+    """(view, big): a zero-filled array of `shape` inside a buffer with GUARD sentinel rows
+    on either side."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    big = np.full((shape[0] + 2 * GUARD,) + shape[1:], SENTINEL, dtype)
+    view = big[GUARD:GUARD + shape[0]]
+    view[...] = fill
+    return view, big
+
+
+def guards_intact(big):
+    return bool(np.all(big[:GUARD] == SENTINEL) and np.all(big[-GUARD:] == SENTINEL))
+
+
+def weights_rows(net, ours: bytes, ref: bytes, tol: float):
+    """Two .weights files (their bytes) compared record by record in `net`'s layout, as
+    tensordiff rows named "L###_<record>"; the header (version, seen) and the sizes must be
+    identical."""
+    assert len(ours) == len(ref), f".weights sizes differ: {len(ours)} and {len(ref)} bytes"
+    assert ours[:20] == ref[:20], "header (version, seen) differs"
+    a, b = np.frombuffer(ours[20:], "<f4"), np.frombuffer(ref[20:], "<f4")
+    mine, theirs = {}, {}
+    off = 0
+    for i, l in enumerate(net.layers):
+        for name, arr in l.weight_records():
+            mine[f"L{i:03d}_{name}"] = a[off:off + arr.size]
+            theirs[f"L{i:03d}_{name}"] = b[off:off + arr.size]
+            off += arr.size
+    assert off == a.size, f"the network's records hold {off} floats, the file {a.size}"
+    return named_rows(mine, theirs, tol=tol)

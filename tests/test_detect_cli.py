@@ -75,7 +75,7 @@ def assert_matches_darknet(dets, ref, tol_pct=1, tol_px=2):
     left = list(dets)
     for name, percent, box in ref:
         hit = [d for d in left if d["name"] == name and abs(pct(d) - percent) <= tol_pct
-               and max(abs(a - b) for a, b in zip(corners(d), box)) <= tol_px]
+               and max(abs(a - b) for a, b in zip(corners(d), box, strict=True)) <= tol_px]
         assert hit, f"darknet's {name} {percent}% at {box} not found in {left}"
         left.remove(hit[0])
 
@@ -123,7 +123,6 @@ def test_detect_matches_darknet(image, weights, tmp_path):
 def test_default_run_on_the_sample(weights, tmp_path, monkeypatch):
     """No arguments, from another folder: cfg and weights found from the package, the sample
     photo from scikit-image's wheel, predictions.png in the working directory."""
-    pytest.importorskip("skimage")
     if weights.resolve() != (ROOT / "weights" / "yolov3-tiny.weights").resolve():
         pytest.skip("the default run uses weights/yolov3-tiny.weights (it would fetch them)")
     monkeypatch.chdir(tmp_path)
@@ -148,7 +147,7 @@ def test_many_images_batched(weights, tmp_path):
                "--json", "-", "--out", tmp_path / "drawn")
     lines = [json.loads(s) for s in r.stdout.splitlines()]
     assert [rec["image"] for rec in lines] == [str(DATA / n) for n in names]
-    for n, rec in zip(names, lines):
+    for n, rec in zip(names, lines, strict=True):
         assert_matches_darknet(rec["detections"], DARKNET[n])
         assert_boxes_drawn(tmp_path / "drawn" / n.replace(".jpg", ".png"), rec["detections"])
     assert "images/s" in r.stderr
@@ -161,7 +160,7 @@ def test_detector_test_darknet_grammar(weights, tmp_path, monkeypatch):
     got = printed(r.stdout)
     assert sorted(n for n, _ in got) == sorted(n for n, _, _ in DARKNET_HORSES_025)
     assert (tmp_path / "h.png").exists()
-    for (n, p), (rn, rp, _) in zip(sorted(got), sorted(DARKNET_HORSES_025)):
+    for (n, p), (rn, rp, _) in zip(sorted(got), sorted(DARKNET_HORSES_025), strict=True):
         assert n == rn and abs(p - rp) <= 1
 
 

@@ -10,15 +10,11 @@ import numpy as np
 
 from .cfg import Section, read_cfg
 from .dialect import choose_dialect, quirks_for
-from .errors import CfgError
+from .errors import CfgError, CfgWarning, WeightsWarning
 from .layers import LAYER_TYPES
 from .layers import memory
 from .layers.base import SizeParams
 from .network import POLICIES, Network
-
-
-class CfgWarning(UserWarning):
-    """A cfg key that nothing reads (Darknet prints `Unused field`)."""
 
 
 def _warn_unused(s: Section):
@@ -28,14 +24,14 @@ def _warn_unused(s: Section):
 
 
 def parse_net_options(s: Section, net: Network, batch: int | None):
+    """parse_net_options, with the range of every number checked (Darknet takes a negative
+    batch, a NaN learning rate or time_steps=0 and fails later, or never)."""
     net.batch = s.find_int("batch", 1)
-    net.learning_rate = s.find_float("learning_rate", 0.001)
-    net.momentum = s.find_float("momentum", 0.9)
-    net.decay = s.find_float("decay", 0.0001)
-    subdivs = s.find_int("subdivisions", 1)
-    if subdivs < 1:
-        raise s.error("subdivisions", f"must be at least 1, found {subdivs}")
-    net.time_steps = s.find_int("time_steps", 1)
+    net.learning_rate = s.find_float("learning_rate", 0.001, at_least=0)
+    net.momentum = s.find_float("momentum", 0.9, at_least=0, below=1)
+    net.decay = s.find_float("decay", 0.0001, at_least=0)
+    subdivs = s.find_int("subdivisions", 1, at_least=1)
+    net.time_steps = s.find_int("time_steps", 1, at_least=1)
     s.find_int("notruth", 0)
     net.batch //= subdivs
     net.batch *= net.time_steps
@@ -48,35 +44,37 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
     net.random = s.find_int("random", 0)
     net.adam = bool(s.find_int("adam", 0))
     if net.adam:
-        net.B1 = s.find_float("B1", 0.9)
-        net.B2 = s.find_float("B2", 0.999)
-        net.eps = s.find_float("eps", 0.0000001)
-    net.h = s.find_int("height", 0)
-    net.w = s.find_int("width", 0)
-    net.c = s.find_int("channels", 0)
-    net.inputs = s.find_int("inputs", net.h * net.w * net.c)
-    for key, v in (("height", net.h), ("width", net.w), ("channels", net.c),
-                   ("inputs", net.inputs)):
-        if v < 0:
-            raise s.error(key, f"must be at least 0, found {v}")
-    net.max_crop = s.find_int("max_crop", net.w * 2)
-    net.min_crop = s.find_int("min_crop", net.w)
+        # Adam divides by 1 - B^t and by sqrt(v) + eps, in float32
+        net.B1 = s.find_float("B1", 0.9, at_least=0, below=1)
+        net.B2 = s.find_float("B2", 0.999, at_least=0, below=1)
+        net.eps = s.find_float("eps", 0.0000001, above=0)
+        for key, v in (("B1", net.B1), ("B2", net.B2)):
+            if np.float32(v) >= 1:
+                raise s.error(key, f"{v} rounds to 1 in float32; expected 0 <= {key} < 1")
+        if np.float32(net.eps) <= 0:
+            raise s.error("eps", f"{net.eps} rounds to 0 in float32; expected eps > 0")
+    net.h = s.find_int("height", 0, at_least=0)
+    net.w = s.find_int("width", 0, at_least=0)
+    net.c = s.find_int("channels", 0, at_least=0)
+    net.inputs = s.find_int("inputs", net.h * net.w * net.c, at_least=0)
+    net.max_crop = s.find_int("max_crop", net.w * 2, at_least=0)
+    net.min_crop = s.find_int("min_crop", net.w, at_least=0)
     for key in ("max_ratio", "min_ratio", "clip"):
-        s.find_float(key, 0)
+        s.find_float(key, 0, at_least=0)
     s.find_int("center", 0)
     net.angle = s.find_float("angle", 0)
-    net.aspect = s.find_float("aspect", 1)
-    net.saturation = s.find_float("saturation", 1)
-    net.exposure = s.find_float("exposure", 1)
-    net.hue = s.find_float("hue", 0)
+    net.aspect = s.find_float("aspect", 1, above=0)
+    net.saturation = s.find_float("saturation", 1, above=0)
+    net.exposure = s.find_float("exposure", 1, above=0)
+    net.hue = s.find_float("hue", 0, at_least=0)
     if not net.inputs and not (net.h and net.w and net.c):
         raise s.error(None, "no input size: set width, height and channels (or inputs)")
     net.policy = policy_name(s, net.quirks.dialect)
-    net.burn_in = s.find_int("burn_in", 0)
+    net.burn_in = s.find_int("burn_in", 0, at_least=0)
     net.power = s.find_float("power", 4)
     if net.policy == "step":
-        net.step = s.find_int("step", 1)
-        net.scale = s.find_float("scale", 1)
+        net.step = s.find_int("step", 1, at_least=1)
+        net.scale = s.find_float("scale", 1, at_least=0)
     elif net.policy == "steps" or (net.policy == "sgdr" and s.has("steps")):
         if net.policy == "steps" and (not s.has("steps") or not s.has("scales")):
             raise s.error(None, "policy=steps needs both steps= and scales=")
@@ -85,12 +83,14 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
         if len(net.scales) < len(net.steps):
             raise s.error("scales", f"{len(net.steps)} steps need {len(net.steps)} scales, "
                                     f"found {len(net.scales)}")
+        if any(v < 0 for v in net.scales):
+            raise s.error("scales", f"expected scales >= 0, found {net.scales}")
     elif net.policy == "exp":
-        net.gamma = s.find_float("gamma", 1)
+        net.gamma = s.find_float("gamma", 1, at_least=0)
     elif net.policy == "sig":
         net.gamma = s.find_float("gamma", 1)
         net.step = s.find_int("step", 1)
-    net.max_batches = s.find_int("max_batches", 0)
+    net.max_batches = s.find_int("max_batches", 0, at_least=0)
     if net.policy == "poly" and net.max_batches <= 0:
         raise s.error("max_batches", "policy=poly needs max_batches > 0")
 
@@ -145,9 +145,9 @@ def _generic_options(s: Section, l):
     l.stopbackward = s.find_int("stopbackward", 0)
     l.dontsave = bool(s.find_int("dontsave", 0))
     l.dontload = bool(s.find_int("dontload", 0))
-    l.numload = s.find_int("numload", 0)
+    l.numload = s.find_int("numload", 0, at_least=0)
     l.dontloadscales = bool(s.find_int("dontloadscales", 0))
-    l.learning_rate_scale = s.find_float("learning_rate", 1.0)
+    l.learning_rate_scale = s.find_float("learning_rate", 1.0, at_least=0)
     l.smooth = s.find_float("smooth", 0.0)
 
 
@@ -240,13 +240,18 @@ def load_network(cfg, weights=None, batch: int | None = None, compat: str | None
                  clear: bool = False, dialect: str | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
-    batch/subdivisions."""
-    from .weights import load_weights, peek_version
+    batch/subdivisions. Weights holding NaN or Inf give one WeightsWarning naming the layers."""
+    from .weights import describe_nonfinite, load_weights, nonfinite_layers, peek_version
     net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
                             dialect=dialect,
                             weights_version=peek_version(weights) if weights else None)
     if weights is not None:
         load_weights(net, weights)
+        bad = nonfinite_layers(net)
+        if bad:
+            warnings.warn(WeightsWarning(f"{os.fspath(weights)}: NaN or Inf weights in "
+                                         f"{describe_nonfinite(bad)}: outputs will be NaN "
+                                         f"(saved by a diverged run?)"), stacklevel=2)
     if clear:
         net.seen = 0
     return net

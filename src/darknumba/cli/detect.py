@@ -15,6 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
+from .options import DialectOption
 
 DEFAULT_CFG = "cfg/yolov3-tiny.cfg"
 DEFAULT_WEIGHTS = "yolov3-tiny"
@@ -102,7 +103,8 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                 skipped.append(p.error)
                 continue
             if text:
-                echo(f"{p.source}: Predicted in {p.seconds:f} seconds.")
+                echo(f"{p.source}: Predicted in {1000 * p.seconds:f} milli-seconds."
+                     if detector.alexeyab else f"{p.source}: Predicted in {p.seconds:f} seconds.")
                 for line in p.lines():
                     echo(line)
             target = _out_path(out, Path(p.source), single, used)
@@ -154,9 +156,19 @@ def detect(
     names: Annotated[Optional[Path], typer.Option(
         exists=True, dir_okay=False, help="class names, one per line (default: coco.names)",
         show_default=False)] = None,
-    letterbox: Annotated[bool, typer.Option(
+    letterbox: Annotated[Optional[bool], typer.Option(
         "--letterbox/--resize", help="keep the aspect ratio (Darknet's letterbox) or stretch "
-                                     "to the network size")] = True,
+                                     "to the network size (default: the dialect's rule: "
+                                     "pjreddie letterboxes, AlexeyAB stretches unless [net] "
+                                     "letter_box=1)", show_default=False)] = None,
+    letter_box: Annotated[bool, typer.Option(
+        "-letter_box", help="AlexeyAB's flag: letterbox (as --letterbox)")] = False,
+    ext_output: Annotated[bool, typer.Option(
+        "--ext-output", "-ext_output", help="print each box's left_x, top_y, width, height "
+                                            "(AlexeyAB's -ext_output)")] = False,
+    dont_show: Annotated[bool, typer.Option(
+        "-dont_show", help="accepted for Darknet commands; no window is ever shown")] = False,
+    dialect: DialectOption = None,
 ):
     """Detect objects as `./darknet detect` does: prints `name: NN%` per box and class, draws
     the boxes. With no arguments, runs yolov3-tiny on a sample photo."""
@@ -179,7 +191,9 @@ def detect(
         image_args = args
     paths = expand_images(image_args) if image_args else [sample_image()]
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
-                        nms=nms, hier=hier, names=names, letterbox=letterbox, log=warn)
+                        nms=nms, hier=hier, names=names,
+                        letterbox=True if letter_box else letterbox, dialect=dialect,
+                        ext_output=ext_output, log=warn)
     run_detection(detector, paths, out=out, json_out=json_out)
 
 

@@ -10,18 +10,27 @@ import typer
 
 from ..errors import DataError
 from .detect import run_detection, warn
+from .options import DialectOption
+
+
+SWITCHES = ("ext_output", "dont_show", "letter_box")
 
 
 def _darknet_flags(extra: list[str]) -> dict:
-    """Darknet's single-dash options after the positional arguments: -thresh, -hier, -out."""
+    """Darknet's single-dash options after the positional arguments: -thresh, -hier, -out,
+    -nms with a value; AlexeyAB's switches -ext_output, -dont_show, -letter_box."""
     flags, i = {}, 0
     while i < len(extra):
         key = extra[i].lstrip("-")
         if key in ("thresh", "hier", "out", "nms") and i + 1 < len(extra):
             flags[key] = extra[i + 1]
             i += 2
+        elif key in SWITCHES:
+            flags[key] = True
+            i += 1
         else:
-            raise DataError(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X -out NAME)")
+            raise DataError(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X -out "
+                            f"NAME, -ext_output, -dont_show, -letter_box)")
     return flags
 
 
@@ -34,24 +43,34 @@ def detector_test(
     image: Annotated[Optional[str], typer.Argument(
         help="the image (none: ask for paths on stdin, as Darknet does)",
         show_default=False)] = None,
-    thresh: Annotated[float, typer.Option(help="class probability threshold (or -thresh)")] = 0.5,
+    thresh: Annotated[Optional[float], typer.Option(
+        help="class probability threshold (or -thresh; default 0.5, AlexeyAB's 0.25)",
+        show_default=False)] = None,
     hier: Annotated[float, typer.Option(help="hierarchical threshold (or -hier)")] = 0.5,
     nms: Annotated[float, typer.Option(help="NMS IoU threshold")] = 0.45,
     out: Annotated[str, typer.Option(help="drawing, PNG; `.png` is added when the name has no "
                                           "suffix (or -out)")] = "predictions",
+    dialect: DialectOption = None,
 ):
-    """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`."""
+    """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`,
+    and AlexeyAB's -ext_output, -dont_show (accepted: nothing is shown), -letter_box. An
+    AlexeyAB network detects as its detector test does: stretched to the network unless
+    -letter_box or [net] letter_box=1, threshold 0.25, its NMS kind and print order."""
     from ..data.datasets import names_file_of
     from ..vision.detector import Detector, expand_images
     flags = _darknet_flags(ctx.args)
-    thresh = float(flags.get("thresh", thresh))
+    thresh = float(flags["thresh"]) if "thresh" in flags else thresh
     hier = float(flags.get("hier", hier))
     nms = float(flags.get("nms", nms))
     target = Path(flags.get("out", out))
     if not target.suffix:
         target = target.with_name(target.name + ".png")
-    detector = Detector(cfg, weights, thresh=thresh, hier=hier, nms=nms,
-                        names=names_file_of(datacfg), log=warn)
+    detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
+                        nms=nms, names=names_file_of(datacfg), dialect=dialect,
+                        letterbox=True if flags.get("letter_box") else None,
+                        ext_output=bool(flags.get("ext_output")), log=warn)
+    if thresh is None and detector.alexeyab:
+        detector.thresh = 0.25                  # AlexeyAB's detector test default
     if image is not None:
         run_detection(detector, expand_images([image])[:1], out=target)
         return

@@ -20,6 +20,7 @@ def train(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path | None, typer.Argument(
               exists=True, dir_okay=False, help="starting weights (full, or cut by `partial`)")] = None,
           clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset `seen` to 0 (fine-tuning)")] = False,
+          partial: Annotated[bool, typer.Option("--partial", help="accept a checkpoint (seen > 0) that holds fewer layers than the cfg; the rest start random")] = False,
           seed: Annotated[int, typer.Option(help="seed for image order and augmentation")] = 0,
           workers: Annotated[int, typer.Option(help="background loader threads")] = 2,
           bad_data: Annotated[str, typer.Option(help="on a bad image or label: skip (warn) or stop")] = "skip",
@@ -50,7 +51,8 @@ def train(data: DataArg, cfg: CfgArg,
     from ..train.detector import Schedule, TrainOptions, train_detector
     if map_flag and not map_every:
         map_every = -1          # train_detector turns it into 4 epochs
-    opts = TrainOptions(weights=str(weights) if weights else None, clear=clear, seed=seed,
+    opts = TrainOptions(weights=str(weights) if weights else None, clear=clear, partial=partial,
+                        seed=seed,
                         workers=workers, bad_data=bad_data, stats_every=stats_every, chart=chart,
                         backup=str(backup) if backup else None, max_batches=max_batches,
                         schedule=Schedule(checkpoint_every, checkpoint_until,

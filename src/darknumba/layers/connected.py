@@ -38,9 +38,7 @@ class ConnectedLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        outputs = s.find_int("output", 1)
-        if outputs < 1:
-            raise s.error("output", f"must be at least 1, found {outputs}")
+        outputs = s.find_int("output", 1, at_least=1)
         act = get_activation(s)
         l = cls(params.batch, params.inputs, outputs, act, s.find_int("batch_normalize", 0))
         l.quirks = params.net.quirks

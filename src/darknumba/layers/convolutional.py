@@ -242,12 +242,12 @@ class ConvolutionalLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        n = s.find_int("filters", 1)
-        size = s.find_int("size", 1)
-        stride = s.find_int("stride", 1)
+        n = s.find_int("filters", 1, at_least=1)
+        size = s.find_int("size", 1, at_least=1)
+        stride = s.find_int("stride", 1, at_least=1)
         pad = s.find_int("pad", 0)
-        padding = s.find_int("padding", 0)
-        groups = s.find_int("groups", 1)
+        padding = s.find_int("padding", 0, at_least=0)
+        groups = s.find_int("groups", 1, at_least=1)
         if pad:
             padding = size // 2
         activation = get_activation(s)
@@ -256,9 +256,6 @@ class ConvolutionalLayer(Layer):
         for key in ("binary", "xnor"):
             if s.find_int(key, 0):
                 raise s.error(key, f"{key} convolutions are not supported")
-        for key, v in (("filters", n), ("size", size), ("stride", stride), ("groups", groups)):
-            if v < 1:
-                raise s.error(key, f"must be at least 1, found {v}")
         if params.c % groups or n % groups:
             raise s.error("groups", f"input channels ({params.c}) and filters ({n}) must both be "
                                     f"divisible by groups={groups}")

@@ -34,7 +34,7 @@ class IsegLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        classes, ids = s.find_int("classes", 20), s.find_int("ids", 32)
+        classes, ids = s.find_int("classes", 20, at_least=1), s.find_int("ids", 32, at_least=0)
         if params.c != classes + ids:
             raise s.error(None, f"the layer before this iseg layer has {params.c} filters, but "
                                 f"classes + ids = {classes} + {ids} = {classes + ids} are needed")

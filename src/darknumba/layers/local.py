@@ -44,12 +44,9 @@ class LocalLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        n, size = s.find_int("filters", 1), s.find_int("size", 1)
-        stride, pad = s.find_int("stride", 1), s.find_int("pad", 0)
+        n, size = s.find_int("filters", 1, at_least=1), s.find_int("size", 1, at_least=1)
+        stride, pad = s.find_int("stride", 1, at_least=1), s.find_int("pad", 0)
         act = get_activation(s)
-        for key, v in (("filters", n), ("size", size), ("stride", stride)):
-            if v < 1:
-                raise s.error(key, f"must be at least 1, found {v}")
         try:
             return cls(params.batch, params.h, params.w, params.c, n, size, stride, pad, act)
         except ValueError as e:

@@ -48,7 +48,7 @@ class LSTMLayer(SubLayers, Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        outputs = s.find_int("output", 1)
+        outputs = s.find_int("output", 1, at_least=1)
         bn = s.find_int("batch_normalize", 0)
         steps = params.net.time_steps
         if params.batch % steps:

@@ -5,7 +5,9 @@ import numpy as np
 from ..kernels.pool import (MAXPOOL2_MAX_W, backward_maxpool_cpu, forward_maxpool2_cpu,
                             forward_maxpool_cpu)
 from .base import Layer, require_image_input
-from .memory import zeros
+from .memory import SizeError, zeros
+
+INT32_MAX = 2 ** 31 - 1
 
 
 class MaxpoolLayer(Layer):
@@ -22,17 +24,19 @@ class MaxpoolLayer(Layer):
         self.out_c = self.c
         self.inputs = self.h * self.w * self.c
         self.outputs = self.out_h * self.out_w * self.out_c
+        if self.batch * self.inputs > INT32_MAX:
+            raise SizeError(f"the winners' indexes are int32 (as Darknet's ints): a {self.w} x "
+                            f"{self.h} x {self.c} input at batch {self.batch} has more values "
+                            f"than they can index")
         self._alloc_io()
         self.indexes = zeros(self.batch * self.outputs, "indexes", np.int32)
 
     @classmethod
     def from_cfg(cls, s, params):
-        stride = s.find_int("stride", 1)
-        size = s.find_int("size", stride)
-        padding = s.find_int("padding", size - 1)
+        stride = s.find_int("stride", 1, at_least=1)
+        size = s.find_int("size", stride, at_least=1)
+        padding = s.find_int("padding", size - 1, at_least=0)
         require_image_input(s, params)
-        if size < 1 or stride < 1:
-            raise s.error("size" if size < 1 else "stride", "must be at least 1")
         return cls(params.batch, params.h, params.w, params.c, size, stride, padding)
 
     def resize(self, w, h):

@@ -64,15 +64,15 @@ class RegionLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        coords = s.find_int("coords", 4)
-        classes = s.find_int("classes", 20)
-        num = s.find_int("num", 1)
+        coords = s.find_int("coords", 4, at_least=4)
+        classes = s.find_int("classes", 20, at_least=1)
+        num = s.find_int("num", 1, at_least=1)
         expected = num * (classes + coords + 1)
         if params.c != expected:
             raise s.error(None, f"the layer before this region layer has {params.c} filters, but "
                                 f"num*(classes+coords+1) = {num}*({classes}+{coords}+1) = "
                                 f"{expected} are needed")
-        anchors = s.find_list("anchors", float, None)
+        anchors = s.find_list("anchors", float, None, above=0)
         if anchors is not None and len(anchors) > 2 * num:
             raise s.error("anchors", f"num={num} takes {2 * num} anchor values, found {len(anchors)}")
         l = cls(params.batch, params.w, params.h, num, classes, coords, anchors, params.net.quirks)
@@ -80,8 +80,8 @@ class RegionLayer(Layer):
         s.find_int("sqrt", 0)
         l.softmax = s.find_int("softmax", 0)
         l.background = s.find_int("background", 0)
-        l.max_boxes = s.find_int("max", 30)
-        l.jitter = s.find_float("jitter", 0.2)
+        l.max_boxes = s.find_int("max", 30, at_least=0)
+        l.jitter = s.find_float("jitter", 0.2, at_least=0)
         l.rescore = s.find_int("rescore", 0)
         l.thresh = s.find_float("thresh", 0.5)
         s.find_int("classfix", 0)

@@ -38,14 +38,10 @@ class ReorgLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        stride = s.find_int("stride", 1)
-        if stride < 1:
-            raise s.error("stride", f"must be at least 1, found {stride}")
+        stride = s.find_int("stride", 1, at_least=1)
         reverse = s.find_int("reverse", 0)
         flatten = s.find_int("flatten", 0)
-        extra = s.find_int("extra", 0)
-        if extra < 0:
-            raise s.error("extra", f"must be at least 0, found {extra}")
+        extra = s.find_int("extra", 0, at_least=0)
         if not (flatten or extra):
             # both directions run reorg_cpu with c / stride² output channels
             if params.c % (stride * stride):

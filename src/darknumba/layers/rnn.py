@@ -57,7 +57,7 @@ class RNNLayer(SubLayers, Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        outputs = s.find_int("output", 1)
+        outputs = s.find_int("output", 1, at_least=1)
         act = get_activation(s)
         bn = s.find_int("batch_normalize", 0)
         steps = params.net.time_steps

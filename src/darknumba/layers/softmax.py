@@ -27,7 +27,7 @@ class SoftmaxLayer(Layer):
         groups = s.find_int("groups", 1)
         if groups < 1 or params.inputs % groups:
             raise s.error("groups", f"{params.inputs} inputs cannot be split into {groups} groups")
-        l = cls(params.batch, params.inputs, groups, s.find_float("temperature", 1.0))
+        l = cls(params.batch, params.inputs, groups, s.find_float("temperature", 1.0, above=0))
         if s.has("tree"):
             from ..tree import read_tree
             l.softmax_tree = read_tree(s.find_str("tree"))

@@ -63,8 +63,8 @@ class YoloLayer(Layer):
                 raise s.error(key, "is a key of AlexeyAB's darknet: load the network with "
                                    "dialect='alexeyab' (--dialect alexeyab)")
         l = cls._build(s, params)
-        l.max_boxes = s.find_int("max", 90)
-        l.jitter = s.find_float("jitter", 0.2)
+        l.max_boxes = s.find_int("max", 90, at_least=0)
+        l.jitter = s.find_float("jitter", 0.2, at_least=0)
         l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
         l.truth_thresh = s.find_float("truth_thresh", 1.0)
         l.random = s.find_int("random", 0)
@@ -76,11 +76,11 @@ class YoloLayer(Layer):
     def _build(cls, s, params):
         """The layer from classes, num, mask and anchors, its input checked against them."""
         require_image_input(s, params)
-        classes = s.find_int("classes", 20)
-        total = s.find_int("num", 1)
+        classes = s.find_int("classes", 20, at_least=1)
+        total = s.find_int("num", 1, at_least=1)
         mask = s.find_list("mask", int, None)
         n = len(mask) if mask else total
-        anchors = s.find_list("anchors", float, None)
+        anchors = s.find_list("anchors", float, None, above=0)
         if mask and any(m < 0 or m >= total for m in mask):
             raise s.error("mask", f"mask {mask} names anchors outside 0..{total - 1} (num={total})")
         if anchors is not None and len(anchors) < 2 * total:

@@ -181,6 +181,7 @@ def valid_input(im, w, h):
 class ClassifierTrainOptions:
     weights: str | None = None
     clear: bool = False
+    partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
     seed: int = 0
     workers: int = 2

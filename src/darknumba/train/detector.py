@@ -20,7 +20,7 @@ from ..data.loader import DetectionLoader, MultiScale
 from ..errors import DarknumbaError, WeightsError
 from ..parser import load_network, parse_network_cfg
 from ..vision.augment import AugmentConfig
-from ..weights import atomic_write, read_header, save_weights
+from ..weights import atomic_write, save_weights
 
 
 class TrainingStopped(DarknumbaError):
@@ -46,6 +46,7 @@ class Schedule:
 @dataclass
 class TrainOptions:
     weights: str | None = None     # starting weights (a full or partial .weights file)
+    partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     clear: bool = False            # reset seen to 0 (fine-tuning)
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
     seed: int = 0
@@ -65,32 +66,24 @@ class TrainOptions:
                                    # process)
 
 
-def load_partial_weights(net, path) -> int:
+def load_partial_weights(net, path, allow_partial: bool = True) -> int:
     """Load a .weights file that may cover only the first k layers (as `partial` writes, and as
     Darknet's load_weights accepts by reading until the file ends). Returns k. A file that ends
-    inside a layer is an error naming that layer."""
-    from ..weights import load_weights
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(20)
-    _, _, _, pos = read_header(head, os.fspath(path))
-    if pos == size:
-        load_weights(net, path, cutoff=0)
-        return 0
-    for k, l in enumerate(net.layers):
-        if not l.dontload:
-            pos += 4 * sum(a.size for _, a in l.weight_records())
-        if pos == size:
-            load_weights(net, path, cutoff=k + 1)
-            k += 1
-            while k < net.n and not any(a.size for _, a in net.layers[k].weight_records()):
-                k += 1                  # layers without weights after the cut are covered too
-            return k
-        if pos > size:
-            raise WeightsError(f"{path}: the file ends inside layer {k} ({l.type}): "
-                               f"{size} bytes, layers 0..{k} need {pos}")
-    raise WeightsError(f"{path}: {size - pos} bytes left over after the last layer "
-                       "(weights do not fit this cfg)")
+    inside a layer is an error naming that layer. A file that covers fewer layers than the cfg
+    yet has seen images (a checkpoint, which `partial` would have reset to 0) is a truncated
+    checkpoint: refused with the counts unless allow_partial (Darknet would go on with the
+    rest of the network random)."""
+    from ..weights import load_weights, plan_weights
+    plan = plan_weights(net, path, partial=True)
+    if plan.layers < net.n and plan.seen and not allow_partial:
+        need = plan.ends[-1]
+        raise WeightsError(
+            f"{path}: holds {plan.layers} of {net.n} layers ({plan.size} bytes of {need}) and "
+            f"has seen {plan.seen} images, as a checkpoint has, not a file cut by `partial` "
+            f"(those have seen 0): a checkpoint cut short? To start from its {plan.layers} "
+            f"layers anyway, ask for a partial load (detector train --partial)")
+    load_weights(net, path, partial=True)
+    return plan.layers
 
 
 def train_iteration(net, X, T, last_checkpoint=None) -> float:
@@ -120,7 +113,7 @@ def training_network(cfgfile, opts, log, batch=None):
     images per forward pass, if not the cfg's batch/subdivisions."""
     net = parse_network_cfg(cfgfile, batch=batch, seed=opts.seed, compat=opts.compat)
     if opts.weights:
-        loaded = load_partial_weights(net, opts.weights)
+        loaded = load_partial_weights(net, opts.weights, opts.partial)
         log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
     if opts.clear:
         net.seen = 0

@@ -40,6 +40,7 @@ from ..errors import DataError
 from ..network import Network
 from ..parser import load_network
 from .box import detect, detection_layers, detection_results, format_lines
+from .box_ab import detection_results_v3, format_lines_v3
 from .draw import draw_detections, save_png
 from .image import bytes_to_image, image_from_pil, load_image_color
 
@@ -47,6 +48,7 @@ IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp",
               ".pgm", ".pnm", ".tga"}
 LIST_EXTS = {".txt", ".list"}
 DEFAULT_NAMES = "cfg/coco.names"
+EXT_KEYS = ("left_x", "top_y", "width", "height")
 RECORD_KEYS = ("box", "class_id", "name", "prob", "left", "top", "right", "bottom", "x", "y",
                "w", "h", "objectness")
 
@@ -202,12 +204,22 @@ class Prediction:
     thresh: float
     detections: Detections | None = None
     seconds: float = 0.0            # network time per image of its batch
+    alexeyab: bool = False          # print as AlexeyAB's draw_detections_v3 does
+    ext_output: bool = False        # with each line, the box (AlexeyAB's -ext_output)
 
     @cached_property
     def results(self) -> list[dict]:
-        """box.detection_results: the record's detections plus the drawn label fields."""
+        """box.detection_results: the record's detections plus the drawn label fields, in
+        Darknet's print order (AlexeyAB's: boxes by left edge, each box's best class first;
+        then each entry also has its -ext_output fields left_x, top_y, width, height)."""
         h, w = self.image.shape[1:]
-        return detection_results(self.detections, w, h, self.thresh, self.names)
+        res = detection_results(self.detections, w, h, self.thresh, self.names)
+        if not self.alexeyab:
+            return res
+        by_key = {(d["box"], d["class_id"]): d for d in res}
+        return [{**by_key[(e["box"], e["class_id"])], **{k: e[k] for k in EXT_KEYS}}
+                for e in detection_results_v3(self.detections, w, h, self.thresh, self.names)
+                if (e["box"], e["class_id"]) in by_key]
 
     @cached_property
     def record(self) -> dict:
@@ -219,7 +231,12 @@ class Prediction:
                 "detections": [{k: d[k] for k in RECORD_KEYS} for d in self.results]}
 
     def lines(self) -> list[str]:
-        """Darknet's printed lines, `name: NN%`."""
+        """Darknet's printed lines, `name: NN%` (with -ext_output, AlexeyAB's box after it)."""
+        if self.alexeyab or self.ext_output:
+            res = self.results if self.alexeyab else [
+                {**d, "left_x": d["left"], "top_y": d["top"], "width": d["right"] - d["left"],
+                 "height": d["bottom"] - d["top"]} for d in self.results]
+            return format_lines_v3(res, self.ext_output)
         return format_lines(self.results)
 
     def draw(self, path=None):
@@ -254,12 +271,15 @@ class Detector:
     thresh: class probability a detection must exceed; nms: IoU above which a less probable
     box of the same class is suppressed (0: none); hier: the class-tree threshold of [region]
     layers with tree=; names: the class names, a list or a names file (None: coco.names beside
-    the cfg or in cfg/, else numbers); letterbox: keep the aspect ratio, else stretch.
-    `log` receives notices (default: stderr)."""
+    the cfg or in cfg/, else numbers); letterbox: keep the aspect ratio, else stretch (None:
+    the dialect's rule: pjreddie letterboxes; AlexeyAB stretches unless [net] letter_box=1);
+    ext_output: lines with AlexeyAB's box coordinates. An AlexeyAB network prints and orders
+    its records as AlexeyAB's draw_detections_v3. `log` receives notices (default: stderr)."""
 
     def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float = 0.5,
-                 nms: float = 0.45, hier: float = 0.5, names=None, letterbox: bool = True,
-                 dialect: str | None = None, log: Callable[[str], None] | None = None):
+                 nms: float = 0.45, hier: float = 0.5, names=None, letterbox: bool | None = None,
+                 dialect: str | None = None, ext_output: bool = False,
+                 log: Callable[[str], None] | None = None):
         if isinstance(cfg, Network):
             if weights is not None or dialect is not None:
                 raise ValueError("weights and dialect build a network from a cfg; this one is "
@@ -271,7 +291,11 @@ class Detector:
         cfg_path = self.net.cfg_path
         self.names = class_names(names, Path(cfg_path) if cfg_path else None, self.classes,
                                  log or _stderr)
+        self.alexeyab = self.net.quirks.dialect == "alexeyab"
+        if letterbox is None:
+            letterbox = bool(getattr(self.net, "letter_box", 0)) if self.alexeyab else True
         self.thresh, self.nms, self.hier, self.letterbox = thresh, nms, hier, letterbox
+        self.ext_output = ext_output
 
     def run(self, images: Iterable) -> Iterator[Prediction]:
         """A Prediction per item of `images` (paths, arrays or Pillow images, taken as they
@@ -282,7 +306,8 @@ class Detector:
         chunk, ready = [], 0
         for item, im, err in prefetched(images, ahead=2 * batch):
             source = os.fspath(item) if _is_path(item) else None
-            chunk.append(Prediction(source, im, err, self.names, self.classes, self.thresh))
+            chunk.append(Prediction(source, im, err, self.names, self.classes, self.thresh,
+                                    alexeyab=self.alexeyab, ext_output=self.ext_output))
             ready += im is not None
             if ready == batch:
                 yield from self._detect(chunk)
