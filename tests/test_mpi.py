@@ -181,6 +181,58 @@ def test_killed_rank_stops_the_job_and_the_checkpoint_loads(shapes, tmp_path):
     assert net.seen > 0 and net.seen % 8 == 0
 
 
+def test_an_error_on_one_rank_stops_every_rank_naming_it(tmp_path):
+    """An image only rank 1 draws cannot be read (--bad-data stop): rank 1 says so with the
+    last checkpoint and aborts the job, rank 0 waiting in the allreduce included."""
+    from darknumba.data.datasets import get_paths, read_data_cfg
+    from darknumba.data.synthetic import generate_shapes
+    data = generate_shapes(tmp_path / "ds", n=40, valid_fraction=0.0, seed=2, size=(64, 80))
+    paths = get_paths(read_data_cfg(data).train)
+    # the loader's first draw for image `pos` of batch k is the image index (seed 0)
+    drawn = [{int(np.random.default_rng([0, k, pos]).integers(len(paths)))
+              for k in range(3) for pos in ranks} for ranks in (range(4), range(4, 8))]
+    only_rank1 = sorted(drawn[1] - drawn[0])
+    Path(paths[only_rank1[0]]).write_bytes(b"not an image")
+    cfg = small_cfg(tmp_path / "sub2.cfg", 2, max_batches=3)
+    code, out = mpirun(["detector", "train", data, cfg, "--backup", tmp_path / "b", "--no-progress",
+                        "--no-chart", "--bad-data", "stop"])
+    assert code != 0
+    assert "error on rank 1 of 2: DataError" in out and "error on rank 0" not in out, out
+    assert "stopping all ranks; the last checkpoint is none" in out, out
+
+
+def test_a_rank_that_hangs_is_noticed_after_the_timeout(shapes, tmp_path):
+    """Rank 1 frozen (SIGSTOP): rank 0 gives up waiting after --mpi-timeout and ends the job."""
+    root, data, sub2, _ = shapes
+    mark = uuid.uuid4().hex
+    args = ["detector", "train", data, sub2, "--backup", tmp_path / "b", "--no-progress",
+            "--no-chart", "--max-batches", 100000, "--backup-every", 100000, "--mpi-timeout", 2]
+    proc = mpirun(args, background=True, env={"DARKNUMBA_TEST_MARK": mark})
+    pids = {}
+    try:
+        out = ""
+        while not out.splitlines() or not out.splitlines()[-1].startswith("2:"):
+            line = proc.stdout.readline()
+            assert line, out
+            out += line
+        pids = rank_pids(mark)
+        os.kill(pids[1], signal.SIGSTOP)
+        t = time.time()
+        rest, _ = proc.communicate(timeout=30)
+        assert proc.returncode != 0
+        assert time.time() - t < 30
+        assert "rank 0 of 2: no answer from the other ranks for 2 s" in rest, rest
+    finally:
+        for pid in pids.values():
+            for sig in (signal.SIGCONT, signal.SIGKILL):
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+        if proc.poll() is None:
+            proc.kill()
+
+
 def test_ctrl_c_stops_every_rank_at_the_same_iteration_and_saves(shapes, tmp_path):
     root, data, sub2, _ = shapes
     backup = tmp_path / "backup"

@@ -28,14 +28,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import time
 import zlib
 
+import numba
 import numpy as np
 
 from ..errors import DarknumbaError
 from ..kernels.fused import (batchnorm_backward_delta, batchnorm_backward_sums,
                              channel_moments_cpu)
-from ..launcher import threads_per_rank
 from ..layers.convolutional import update_rolling_stats
 from ..parser import parse_network_cfg
 from .distributed import (DEFAULT_TIMEOUT, STARTUP_TIMEOUT, Communicator, SingleProcess, agreed,
@@ -127,6 +128,7 @@ class DataParallel:
         self.is_root = comm.is_root
         self.last_checkpoint = None
         self.shared_stop = False
+        self.timing = []                # (compute, allreduce) seconds of each iteration
 
     # -- before training -----------------------------------------------------------------------
     def network_batch(self, cfgfile, compat=None) -> int | None:
@@ -183,8 +185,8 @@ class DataParallel:
                  f"batch norm)" if self.sync_bn else
                  f"mini-batches {self.datums[0]}..{self.datums[-1]} of {self.subdivisions}")
         log(f"data-parallel: {N} ranks ({self.comm.local_size} on this machine, "
-            f"{threads_per_rank()} thread(s) each); each rank trains {share}; one allreduce of "
-            f"{self.nparams * 4 / 1e6:.1f} MB of gradients per iteration")
+            f"{numba.get_num_threads()} thread(s) each); each rank trains {share}; one "
+            f"allreduce of {self.nparams * 4 / 1e6:.1f} MB of gradients per iteration")
 
     def _warm_numba_cache(self, net):
         """Rank 0 of each machine runs one mini-batch forward and backward (zeros) while the
@@ -247,6 +249,7 @@ class DataParallel:
         """This rank's mini-batches (or parts), then the gradient sum and the update every rank
         applies. Returns the iteration's summed loss, as train_iteration does."""
         from .detector import TrainingStopped, find_nonfinite_layer
+        t0 = time.perf_counter()
         self.last_checkpoint = last_checkpoint
         if stop is not None and not self.shared_stop:
             stop.shared = self.shared_stop = True  # stop.set comes from every rank's requests
@@ -271,7 +274,9 @@ class DataParallel:
             self._record_stats(d)
         extra[LOSS], extra[NONFINITE] = loss, bad is not None
         extra[STOP] = bool(stop is not None and stop.requested)
+        t1 = time.perf_counter()
         self.comm.allreduce(buf, what=f"the gradient allreduce of iteration {iteration}")
+        t2 = time.perf_counter()
         net.seen = seen0 + self.subdivisions * self.datum
         if extra[NONFINITE]:
             where = ("another rank's mini-batch" if bad is None else
@@ -287,6 +292,7 @@ class DataParallel:
         if stop is not None:
             stop.set = bool(extra[STOP])
         net.update()
+        self.timing.append((time.perf_counter() - t2 + t1 - t0, t2 - t1))
         if self.check_every and iteration % self.check_every == 0:
             self.check_same(net, f"after iteration {iteration}")
         return float(extra[LOSS])
@@ -336,6 +342,15 @@ class DataParallel:
                 + f"): the ranks would train different networks; stopping. Last checkpoint: "
                   f"{self.last_checkpoint or 'none written yet'}"))
 
+    def summary(self) -> str:
+        """Mean compute and allreduce time per iteration on this rank, the first (compiling,
+        loading) left out. The allreduce time includes waiting for the slowest rank."""
+        t = np.array(self.timing[1:] or self.timing or [(0.0, 0.0)])
+        c, a = t.mean(axis=0)
+        return (f"data-parallel, rank {self.comm.rank} of {self.comm.size}: per iteration "
+                f"{c:.3f} s compute, {a:.3f} s allreduce ({self.buf.nbytes / 1e6:.1f} MB, "
+                f"waiting for the slowest rank included), over {len(t)} iterations")
+
     # -- what only rank 0 does -----------------------------------------------------------------
     def rank_options(self, opts):
         """Rank 0 alone shows progress, draws the chart and measures mAP."""
@@ -366,7 +381,10 @@ def run_training(train, datacfg, cfgfile, opts, log=print, sync_bn=False, check_
     opts = dataclasses.replace(par.rank_options(opts), parallel=par)
     with stop_all_on_error(par.comm, lambda: par.last_checkpoint):
         try:
-            return train(datacfg, cfgfile, opts, log=par.rank_log(log))
+            result = train(datacfg, cfgfile, opts, log=par.rank_log(log))
+            if par.is_root and isinstance(par, DataParallel) and par.timing:
+                log(par.summary())
+            return result
         except DarknumbaError as e:
             if getattr(e, "agreed", False) and not par.is_root:
                 raise agreed(SystemExit(1)) from None
