@@ -3,6 +3,8 @@ loaders that load any part of a batch exactly, the split batch-norm kernels and 
 against the whole mini-batch's, the plan of which rank trains what, and DataParallel on one
 rank against the plain training iteration (the momentum held aside, the rolling statistics
 replayed, the synchronised batch-norm path)."""
+import os
+
 import numpy as np
 import pytest
 
@@ -237,3 +239,22 @@ def test_one_rank_data_parallel_equals_the_plain_iteration(tmp_path, sync_bn):
                 u, v = getattr(p, name), getattr(q, name)
                 np.testing.assert_allclose(v, u, rtol=0, atol=2e-6 * np.abs(u).max(),
                                            err_msg=f"layer {i} {name}")
+
+
+def test_ranks_share_this_machines_cores(monkeypatch):
+    """Under a launcher, each thread pool gets cores / ranks-on-this-machine threads unless
+    the user set it; without one nothing changes."""
+    from darknumba import launcher
+    env = {k: v for k, v in os.environ.items() if k not in
+           launcher.SIZE_VARS + launcher.LOCAL_SIZE_VARS + launcher.THREAD_VARS}
+    monkeypatch.setattr(os, "environ", env)              # a copy: nothing leaks out
+    monkeypatch.setattr(launcher, "usable_cores", lambda: 8)
+    launcher.limit_threads_per_rank()
+    assert not any(v in os.environ for v in launcher.THREAD_VARS)
+    env.update(PMI_SIZE="6", MPI_LOCALNRANKS="3")        # 6 ranks, 3 of them here
+    env["OMP_NUM_THREADS"] = "1"                         # the user's choice stays
+    assert launcher.launched_ranks() == 6 and launcher.threads_per_rank() == 2
+    launcher.limit_threads_per_rank()
+    assert [os.environ[v] for v in launcher.THREAD_VARS] == ["2", "1", "2", "2"]
+    env["MPI_LOCALNRANKS"] = "16"                        # more ranks than cores: one each
+    assert launcher.threads_per_rank() == 1
