@@ -49,8 +49,13 @@ case("connected+BN", "[connected]\noutput=4\nbatch_normalize=1\nactivation=tanh\
 # -- activations: gradient_array on the output, for every activation with a derivative -------
 # (stair's is 0 almost everywhere, as is Darknet's gradient except on integers.) Activations
 # with a kink get a step of 1e-4, so that no output crosses it (a bias moves 50 outputs).
-SMOOTH = ("logistic", "tanh", "loggy", "elu", "linear", "plse")      # plse: kinks at +-4
-for _act in sorted(a for a in ACTIVATIONS if a != "stair"):
+SMOOTH = ("logistic", "tanh", "loggy", "elu", "linear", "plse",     # plse: kinks at +-4
+          "swish", "mish")
+# AlexeyAB's gradients that are not the derivative of its forward pass (gelu's formula taken
+# at the output, the normalize_channels family): checked against its formulas in test_ab_layers
+NOT_DERIVATIVES = ("stair", "gelu", "normalize_channels", "normalize_channels_softmax",
+                   "normalize_channels_softmax_maxval")
+for _act in sorted(a for a in ACTIVATIONS if a not in NOT_DERIVATIVES):
     case(f"activation {_act}", conv(4, 1, 1, "pad=1", _act), w=5, h=5,
          check={"h": 1e-2 if _act in SMOOTH else 1e-4})
 

@@ -141,7 +141,16 @@ def test_avgpool_matches_numpy(rng):
     np.testing.assert_allclose(out, x.reshape(6, 35).mean(1), rtol=1e-6, atol=1e-7)
 
 
-@pytest.mark.parametrize("name", sorted(act.ACTIVATIONS))
+AB_ACTIVATIONS = {"relu6", "revleaky", "gelu", "swish", "mish", "hard_mish", "normalize_channels",
+                  "normalize_channels_softmax", "normalize_channels_softmax_maxval"}
+
+
+def test_every_activation_has_a_reference():
+    """pjreddie's activations here (tests/naive); AlexeyAB's additions in test_ab_layers."""
+    assert set(act.ACTIVATIONS) == set(naive.ACTIVATIONS) | AB_ACTIVATIONS
+
+
+@pytest.mark.parametrize("name", sorted(naive.ACTIVATIONS))
 def test_activation_forward_and_gradient(rng, name):
     x = np.concatenate([rand(rng, 500) * 5, np.array([0, 1, -1, 4.5, -4.5, 2.5, -2.5], np.float32)])
     y = x.copy()

@@ -82,6 +82,13 @@ class Quirks:
     # the sig policy's `batch_num - step` is unsigned: before `step` it wraps round
     sig_unsigned_wrap: bool = False
 
+    # -- AlexeyAB's CPU build, reproduced only under compat="darknet-cpu" -----------------------
+    # a convolution's backward (col2im_cpu_ext) zeroes its input delta before adding into it,
+    # dropping what later layers (a route, a shortcut) already passed to that layer
+    col2im_zeroes_delta: bool = False
+    # [sam]'s backward writes the `from` layer's delta with `=` (its GPU code adds)
+    sam_overwrites_from_delta: bool = False
+
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
     bn_epsilon_inside_sqrt: bool = False
@@ -143,7 +150,7 @@ def choose_dialect(sections, dialect: str | None = None,
 
 def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
     """The behaviours of `dialect` ("pjreddie" when None) under `compat`. AlexeyAB's CPU code
-    has none of pjreddie's CPU quirks, so compat="darknet-cpu" adds nothing to it."""
+    has none of pjreddie's CPU quirks, but bugs of its own."""
     dialect = dialect or "pjreddie"
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, not {dialect!r}")
@@ -151,7 +158,9 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
     if dialect == "alexeyab":
         return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_delta_eps_outside_sqrt=True,
-                      bn_rolling_momentum=0.9, weights_version=(0, 2, 5), yolo_alexeyab=True)
+                      bn_rolling_momentum=0.9, weights_version=(0, 2, 5), yolo_alexeyab=True,
+                      col2im_zeroes_delta=compat == "darknet-cpu",
+                      sam_overwrites_from_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,
                   overwrite_delta=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,

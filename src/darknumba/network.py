@@ -288,9 +288,7 @@ class Network:
         self.w, self.h = w, h
         c = self.c
         for l in self.layers:
-            if l.type == "route":
-                l.resize_from(self.layers)
-            elif l.type == "shortcut":
+            if hasattr(l, "resize_from"):          # layers sized by earlier layers' outputs
                 l.resize_from(self.layers, w, h)
             elif l.type in ("dropout",):
                 prev = self.layers[self.layers.index(l) - 1]

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from .detector import detector_app
-from .options import CheckEveryOption, MpiTimeoutOption, SyncBnOption
+from .options import CheckEveryOption, DialectOption, MpiTimeoutOption, SyncBnOption
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
@@ -28,13 +28,15 @@ def train(data: DataArg, cfg: CfgArg,
           chart: Annotated[bool, typer.Option(help="draw chart.png in the backup folder (needs matplotlib)")] = True,
           backup: Annotated[Path | None, typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
           max_batches: Annotated[int | None, typer.Option(help="override [net] max_batches")] = None,
-          checkpoint_every: Annotated[int, typer.Option(help="<cfg>_<iter>.weights every N iterations ...")] = 100,
+          checkpoint_every: Annotated[int, typer.Option(help="pjreddie dialect: <cfg>_<iter>.weights every N iterations ... (alexeyab: saveweights= and savelast= in the .data file)")] = 100,
           checkpoint_until: Annotated[int, typer.Option(help="... below this iteration ...")] = 1000,
           checkpoint_every_after: Annotated[int, typer.Option(help="... then every N")] = 10000,
-          backup_every: Annotated[int, typer.Option(help="<cfg>.backup every N iterations")] = 100,
-          letterbox: Annotated[bool, typer.Option(help="place training images letterboxed instead of Darknet's jitter crop")] = False,
-          map_every: Annotated[int, typer.Option(help="measure mAP@0.5 on the valid list every N iterations (0: never)")] = 0,
-          map_flag: Annotated[bool, typer.Option("--map", "-map", help="AlexeyAB's -map: mAP every 4 epochs (at least 100 iterations)")] = False,
+          backup_every: Annotated[int, typer.Option(help="pjreddie dialect: <cfg>.backup every N iterations")] = 100,
+          letterbox: Annotated[bool, typer.Option(help="place training images letterboxed instead of Darknet's jitter crop (alexeyab: as [net] letter_box=1)")] = False,
+          map_every: Annotated[int, typer.Option(help="measure mAP@0.5 on the valid list every N iterations (0: never); <cfg>_best.weights when it improves")] = 0,
+          map_flag: Annotated[bool, typer.Option("--map", "-map", help="AlexeyAB's -map: mAP@0.5 every 4 epochs, at least 100 iterations apart, not before burn_in, and at the end; <cfg>_best.weights when it improves")] = False,
+          map_epochs: Annotated[int, typer.Option("--map-epochs", "-mAP_epochs", help="-map: epochs between measurements")] = 4,
+          dialect: DialectOption = None,
           dont_show: Annotated[bool, typer.Option("-dont_show", hidden=True, help="accepted for Darknet commands; no window is ever shown")] = False,
           progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
           compat: Annotated[str | None, typer.Option(
@@ -45,12 +47,14 @@ def train(data: DataArg, cfg: CfgArg,
           mpi_timeout: MpiTimeoutOption = None,
 ):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
-    saves <cfg>.backup; starting from a checkpoint resumes at its `seen`. Under
+    saves <cfg>.backup (alexeyab: <cfg>_last.weights); starting from a checkpoint resumes at
+    its `seen`. An AlexeyAB network trains as AlexeyAB's Darknet does: mosaic, letter_box, blur,
+    gaussian_noise, mixup from [net]; <cfg>_last/_final/_best/_ema.weights. Under
     `mpirun -np N` the N processes train one network, sharing each iteration's mini-batches."""
     from ..train.data_parallel import run_training
     from ..train.detector import Schedule, TrainOptions, train_detector
     if map_flag and not map_every:
-        map_every = -1          # train_detector turns it into 4 epochs
+        map_every = -1          # AlexeyAB's rule (train.alexeyab.MapSchedule)
     opts = TrainOptions(weights=str(weights) if weights else None, clear=clear, partial=partial,
                         seed=seed,
                         workers=workers, bad_data=bad_data, stats_every=stats_every, chart=chart,
@@ -58,7 +62,7 @@ def train(data: DataArg, cfg: CfgArg,
                         schedule=Schedule(checkpoint_every, checkpoint_until,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
-                        compat=check_compat(compat))
+                        map_epochs=map_epochs, compat=check_compat(compat), dialect=dialect)
     run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
                  mpi_timeout)
 

@@ -177,6 +177,16 @@ class DataIssues:
             self.skipped_images.add(image)
         self.log(f"warning: {issue}; skipping {image or 'it'}")
 
+    def note(self, kind, file, message):
+        """Something to know that does not stop training or drop the image (either policy):
+        reported once per (kind, file), as a warning."""
+        with self._lock:
+            if (kind, file, None) in self._seen:
+                return
+            self._seen.add((kind, file, None))
+            self.issues.append(Issue(kind, file, None, message))
+        self.log(f"warning: {file}: {message}")
+
     def summary(self) -> str:
         if not self.issues:
             return "data: no problems found"

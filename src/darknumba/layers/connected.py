@@ -7,12 +7,12 @@ from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from .base import DEFAULT_QUIRKS, Layer
+from .activate import get_activation
 from .memory import zeros
 from .convolutional import (
     alloc_params,
     backward_batchnorm,
     forward_batchnorm,
-    get_activation,
     update_params,
 )
 

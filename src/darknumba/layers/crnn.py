@@ -5,7 +5,8 @@ hidden_filters image per sequence. .weights: the three conv records in that orde
 test-mode state and the backward order are as in layers/rnn.py.
 """
 from .base import DEFAULT_QUIRKS, require_image_input
-from .convolutional import ConvolutionalLayer, get_activation
+from .activate import get_activation
+from .convolutional import ConvolutionalLayer
 from .rnn import RNNLayer
 
 

@@ -12,8 +12,8 @@ from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from ..kernels.local import local_forward_cpu, local_input_grad_cpu, local_weight_grad_cpu
 from .base import Layer, require_image_input
+from .activate import get_activation
 from .memory import zeros
-from .convolutional import get_activation
 
 
 class LocalLayer(Layer):

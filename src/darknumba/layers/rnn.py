@@ -15,9 +15,9 @@ writes past the end of a one-step state buffer in training; we keep all steps' s
 """
 from ..kernels.blas import axpy_cpu, copy_cpu, fill_cpu
 from .base import DEFAULT_QUIRKS, Layer
+from .activate import get_activation
 from .memory import zeros
 from .connected import ConnectedLayer
-from .convolutional import get_activation
 from .steps import StepBuffers, SubLayers, step_net
 
 

@@ -107,6 +107,8 @@ class AbYoloLayer(YoloLayer):
         l.nms_kind = _choice(s, "nms_kind", "default", NMS_KINDS)
         l.jitter = s.find_float("jitter", 0.2)
         l.resize_range = s.find_float("resize", 1.0)
+        if not l.resize_range > 0:      # training divides by it (the crop's scale range)
+            raise s.error("resize", f"must be above 0, found {l.resize_range}")
         l.focal_loss = s.find_int("focal_loss", 0)
         l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
         l.truth_thresh = s.find_float("truth_thresh", 1.0)

@@ -183,6 +183,7 @@ class ClassifierTrainOptions:
     clear: bool = False
     partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
+    dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2
     backup: str | None = None
@@ -237,7 +238,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     paths, idx = labelled_paths(dc.train, dc.labels, log)
     from .data_parallel import OneProcess
     par = opts.parallel or OneProcess()
-    net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts.compat))
+    net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts))
     par.setup(net, log)
     if net.outputs != dc.classes:
         raise DarknumbaError(f"{cfgfile} outputs {net.outputs} values, {datacfg} has "

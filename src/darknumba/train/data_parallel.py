@@ -55,7 +55,7 @@ class OneProcess:
     is_root = True
     last_checkpoint = None
 
-    def network_batch(self, cfgfile, compat=None):
+    def network_batch(self, cfgfile, opts=None):
         return None
 
     def setup(self, net, log=print):
@@ -131,10 +131,12 @@ class DataParallel:
         self.timing = []                # (compute, allreduce) seconds of each iteration
 
     # -- before training -----------------------------------------------------------------------
-    def network_batch(self, cfgfile, compat=None) -> int | None:
+    def network_batch(self, cfgfile, opts=None) -> int | None:
         """Check that the cfg's iteration can be shared by the ranks; the batch this rank's
         network is built with (None: the cfg's batch/subdivisions)."""
-        shape = parse_network_cfg(cfgfile, compat=compat, seed=None, allocate=False)
+        shape = parse_network_cfg(cfgfile, compat=getattr(opts, "compat", None),
+                                  dialect=getattr(opts, "dialect", None), seed=None,
+                                  allocate=False)
         B, S, N, r = shape.batch, shape.subdivisions, self.comm.size, self.comm.rank
         self.datum, self.subdivisions = B, S
         if self.sync_bn:
@@ -217,22 +219,24 @@ class DataParallel:
                           timeout=STARTUP_TIMEOUT)
 
     def _fuse(self, net):
-        """One float32 buffer: every *_updates array (now a view into it), then (whole
-        mini-batches only) S x every batch-norm layer's mean and variance, then 3 slots."""
+        """One float32 buffer: every *_updates array (now a view into it; a layer that shares
+        another's, AlexeyAB's share_index, shares the view), then (whole mini-batches only)
+        S x every batch-norm layer's mean and variance, then 3 slots."""
         arrays = [(l, u) for l in net.layers for w, u in GRADIENTS
                   if getattr(l, w, None) is not None and getattr(l, u, None) is not None
                   and getattr(l, u).size]
-        self.nparams = sum(getattr(l, u).size for l, u in arrays)
+        distinct = {id(getattr(l, u)): getattr(l, u) for l, u in arrays}
+        self.nparams = sum(a.size for a in distinct.values())
         self.stats_size = 0 if self.sync_bn else 2 * sum(l.rolling_mean.size
                                                         for l in self.bn_layers)
         self.buf = np.zeros(self.nparams + self.subdivisions * self.stats_size + 3, np.float32)
-        off = 0
-        for l, u in arrays:
-            a = getattr(l, u)
-            view = self.buf[off:off + a.size]
-            view[:] = a
-            setattr(l, u, view)
+        views, off = {}, 0
+        for key, a in distinct.items():
+            views[key] = self.buf[off:off + a.size]
+            views[key][:] = a
             off += a.size
+        for l, u in arrays:
+            setattr(l, u, views[id(getattr(l, u))])
         self.held = np.empty(self.nparams, np.float32)
         self.rolling0 = [] if self.sync_bn else [
             (l.rolling_mean.copy(), l.rolling_variance.copy()) for l in self.bn_layers]

@@ -3,6 +3,9 @@
 The loop reads top to bottom: load the data, build the network, then per iteration take a batch
 from the background loader, run `train_datum` on each of its `subdivisions` slices, print
 Darknet's line, checkpoint on schedule. Every file is written atomically (temporary + rename).
+A network of the alexeyab dialect trains as AlexeyAB's Darknet does: its augmentation
+(vision/augment_ab.py, mosaic_ab.py), random resize, checkpoints, EMA and -map rules
+(train/alexeyab.py).
 """
 from __future__ import annotations
 
@@ -16,11 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
-from ..data.loader import DetectionLoader, MultiScale
+from ..data.loader import AbMultiScale, DetectionLoader, MultiScale
 from ..errors import DarknumbaError, WeightsError
-from ..parser import load_network, parse_network_cfg
+from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
-from ..weights import atomic_write, save_weights
+from ..vision.augment_ab import AbAugmentConfig
+from ..weights import atomic_write, load_weights, peek_version, plan_weights, save_weights
+from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
+                       iteration_line)
 
 
 class TrainingStopped(DarknumbaError):
@@ -42,6 +48,12 @@ class Schedule:
     def backup_due(self, i: int) -> bool:
         return i % self.backup_every == 0
 
+    stop_name = ".backup"           # what a Ctrl-C writes
+
+    def due(self, i: int) -> list[str]:
+        """The names (after <cfg>) to write at iteration i."""
+        return [".backup"] * self.backup_due(i) + [f"_{i}.weights"] * self.weights_due(i)
+
 
 @dataclass
 class TrainOptions:
@@ -49,6 +61,7 @@ class TrainOptions:
     partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     clear: bool = False            # reset seen to 0 (fine-tuning)
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
+    dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2               # loader threads
     bad_data: str = "skip"         # skip | stop
@@ -57,11 +70,13 @@ class TrainOptions:
     chart_every: int = 10
     backup: str | None = None      # overrides the .data file's backup folder
     max_batches: int | None = None # overrides [net] max_batches
-    schedule: Schedule = field(default_factory=Schedule)
+    schedule: Schedule = field(default_factory=Schedule)   # pjreddie's; alexeyab: the .data
+                                   # file's saveweights/savelast (train/alexeyab.py)
     progress: bool = True          # tqdm bar with ETA
     letterbox: bool = False        # place images letterboxed instead of Darknet's jitter crop
     map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never,
-                                   # -1: every 4 epochs, at least 100, as AlexeyAB's -map)
+                                   # -1: AlexeyAB's -map rule, see alexeyab.MapSchedule)
+    map_epochs: int = 4            # -map: every map_epochs passes over the training images
     parallel: object = None        # data_parallel.DataParallel to train on MPI ranks (None: one
                                    # process)
 
@@ -73,7 +88,6 @@ def load_partial_weights(net, path, allow_partial: bool = True) -> int:
     yet has seen images (a checkpoint, which `partial` would have reset to 0) is a truncated
     checkpoint: refused with the counts unless allow_partial (Darknet would go on with the
     rest of the network random)."""
-    from ..weights import load_weights, plan_weights
     plan = plan_weights(net, path, partial=True)
     if plan.layers < net.n and plan.seen and not allow_partial:
         need = plan.ends[-1]
@@ -111,7 +125,9 @@ def training_network(cfgfile, opts, log, batch=None):
     """The network a training run starts from: Darknet's random initialisation (opts.seed),
     then whatever layers opts.weights covers; --clear and --max-batches applied. batch: the
     images per forward pass, if not the cfg's batch/subdivisions."""
-    net = parse_network_cfg(cfgfile, batch=batch, seed=opts.seed, compat=opts.compat)
+    net = parse_network_cfg(cfgfile, batch=batch, seed=opts.seed, compat=opts.compat,
+                            dialect=opts.dialect,
+                            weights_version=peek_version(opts.weights) if opts.weights else None)
     if opts.weights:
         loaded = load_partial_weights(net, opts.weights, opts.partial)
         log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
@@ -122,11 +138,16 @@ def training_network(cfgfile, opts, log, batch=None):
     return net
 
 
-def partial(cfg, weights, out, n: int, log=print):
-    """partial: load the full network (seen reset to 0), save layers [0, n) only."""
-    net = load_network(cfg, weights, batch=1, clear=True)
+def partial(cfg, weights, out, n: int, log=print, dialect: str | None = None):
+    """partial: save layers [0, n) only, seen reset to 0. pjreddie's loads the whole weights
+    file first (it must fit the cfg); AlexeyAB's reads only the layers it keeps, so the cfg
+    may have another head (e.g. yolov4-tiny.weights cut with yolov4-tiny-custom.cfg)."""
+    net = parse_network_cfg(cfg, batch=1, seed=None, dialect=dialect,
+                            weights_version=peek_version(weights))
     if not 0 <= n <= net.n:
         raise DarknumbaError(f"partial: N = {n} outside 0..{net.n} ({cfg} has {net.n} layers)")
+    load_weights(net, weights, cutoff=n if net.dialect == "alexeyab" else None)
+    net.seen = 0
     save_weights(net, out, cutoff=n)
     log(f"saved layers 0..{n - 1} of {cfg} to {out}")
 
@@ -200,27 +221,6 @@ class LossChart:
         atomic_write(self.path, buf.getvalue())
 
 
-class ValidMap:
-    """mAP@0.5 on the .data file's valid list during training (AlexeyAB's `-map`), with a
-    test copy of the network (batch 8) at the cfg size."""
-
-    def __init__(self, dc, cfgfile, issues):
-        lst = dc.resolve(dc.valid)
-        if not lst:
-            raise DarknumbaError(f"{dc.path}: mAP during training needs a `valid` list")
-        self.ds = DetectionDataset(get_paths(lst), dc.classes, issues)
-        self.net = load_network(cfgfile, None, batch=8)
-        self.classes, self.names = dc.classes, dc.class_names()
-
-    def __call__(self, net) -> float:
-        from .evaluate import evaluate_map
-        for src, dst in zip(net.layers, self.net.layers):
-            for (_, a), (_, b) in zip(src.weight_records(), dst.weight_records()):
-                b[:] = a
-        r = evaluate_map(self.net, self.ds.paths, self.ds.boxes, self.classes, self.names)
-        return r.mean_ap
-
-
 class StopFlag:
     """Ctrl-C sets `requested`; the loop stops between iterations when `set`, the same flag in
     one process (data-parallel ranks, `shared`, set it together from every rank's request);
@@ -249,6 +249,22 @@ class StopFlag:
             signal.signal(signal.SIGINT, self._old)
 
 
+def dialect_rules(net, dc, opts: TrainOptions, start: int, log):
+    """(augmentation, input sizes, checkpoint schedule, EMA or None): pjreddie's, or under the
+    alexeyab dialect AlexeyAB's (from its last [yolo] layer, [net] and the .data file)."""
+    if net.dialect != "alexeyab":
+        return (AugmentConfig.from_network(net, letterbox=opts.letterbox),
+                MultiScale(net.w, net.h, bool(getattr(net.layers[-1], "random", 0)), opts.seed,
+                           net.max_batches), opts.schedule, None)
+    last = [l for l in net.layers if l.type in ("yolo", "region")][-1]
+    aug = AbAugmentConfig.from_network(net, log=lambda m: log(m, file=sys.stderr))
+    aug.letter_box = aug.letter_box or opts.letterbox
+    scales = AbMultiScale(net.w, net.h, getattr(last, "random", 0), net.resize_step, opts.seed,
+                          net.max_batches, start)
+    return (aug, scales, AbSchedule.from_data(dc, net.max_batches, start),
+            Ema(net) if net.ema_alpha else None)
+
+
 def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print):
     """train_detector for one process on the CPU. Returns a dict of what happened: iterations
     run, the last loss/avg loss, the files written, and whether it was interrupted."""
@@ -264,7 +280,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
 
     from .data_parallel import OneProcess
     par = opts.parallel or OneProcess()
-    net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts.compat))
+    net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts))
     par.setup(net, log)
     last = net.layers[-1]
     if last.type not in ("yolo", "region"):
@@ -286,15 +302,16 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     log(f"{base}: {len(ds)} training images, batch {imgs} (subdivisions {net.subdivisions}), "
         f"learning rate {net.learning_rate}, momentum {net.momentum}, decay {net.decay}; "
         f"starting at iteration {start} of {net.max_batches}")
-    aug = AugmentConfig.from_network(net, letterbox=opts.letterbox)
-    scales = MultiScale(net.w, net.h, bool(getattr(last, "random", 0)), opts.seed,
-                        net.max_batches)
+    aug, scales, schedule, ema = dialect_rules(net, dc, opts, start, log)
     chart = LossChart(os.path.join(backup_dir, "chart.png"), net.max_batches)
     if opts.chart and chart.plt is None:
         log("chart.png: matplotlib is not installed (pip install darknumba[chart]); no chart",
             file=sys.stderr)
-    valid_map = ValidMap(dc, cfgfile, issues) if opts.map_every else None
-    map_every = opts.map_every if opts.map_every > 0 else max(100, 4 * len(ds) // imgs)
+    tmap = None
+    if opts.map_every:
+        tmap = TrainingMap(dc, cfgfile, issues, net.dialect, MapSchedule(
+            opts.map_every, len(ds), imgs, net.burn_in, net.max_batches, start, opts.map_epochs))
+    hours_left = HoursLeft()
     written: list[str] = []
 
     def save(path):
@@ -302,6 +319,15 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
             save_weights(net, path)
         written.append(path)
         log(f"Saving weights to {path}")
+
+    def checkpoint(suffix):
+        save(os.path.join(backup_dir, base + suffix))
+        if suffix == "_last.weights" and ema is not None and ema.initialized:
+            path = os.path.join(backup_dir, f"{base}_ema.weights")
+            if par.is_root:
+                ema.save(net, path)
+            written.append(path)
+            log(f" EMA weights are saved to the file: {path}")
 
     bar = None
     if opts.progress:
@@ -329,30 +355,38 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                                            stop) / imgs
                 avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 i = net.current_batch()
-                line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
-                        f"{time.time() - t0:f} seconds, {i * imgs} images "
-                        f"(loaded in {t_load:.3f} s)")
+                if ema is not None:
+                    ema.step(i, log)
+                seconds = time.time() - t0
+                if net.dialect == "alexeyab":
+                    line = iteration_line(i, loss, avg_loss, net.current_rate(), seconds,
+                                          i * imgs, hours_left(net.max_batches - i,
+                                                               seconds + t_load))
+                else:
+                    line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
+                            f"{seconds:f} seconds, {i * imgs} images "
+                            f"(loaded in {t_load:.3f} s)")
+                texts = (tmap.status() if tmap is not None else []) + [line]
                 if bar is not None:
-                    bar.write(line, file=sys.stdout)
+                    for text in texts:
+                        bar.write(text, file=sys.stdout)
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss:.3f}", avg=f"{avg_loss:.3f}")
                 else:
-                    log(line)
+                    for text in texts:
+                        log(text)
                 if opts.stats_every and i % opts.stats_every == 0:
                     for s in yolo_stats_lines(net):
                         log(s)
                 chart.add(i, loss, avg_loss)
-                if valid_map is not None and i % map_every == 0:
-                    m = valid_map(net)
-                    chart.map_points.append((i, m))
-                    log(f"mAP@0.5 on {len(valid_map.ds)} valid images at iteration {i}: "
-                        f"{100 * m:.2f} %")
+                if tmap is not None and tmap.schedule.due(i):
+                    if tmap.measure(net, i, log):
+                        save(os.path.join(backup_dir, f"{base}_best.weights"))
+                    chart.map_points.append((i, tmap.last))
                 if opts.chart and i % opts.chart_every == 0:
                     chart.save()
-                if opts.schedule.backup_due(i):
-                    save(os.path.join(backup_dir, f"{base}.backup"))
-                if opts.schedule.weights_due(i):
-                    save(os.path.join(backup_dir, f"{base}_{i}.weights"))
+                for suffix in schedule.due(i):
+                    checkpoint(suffix)
                 if stop.set:
                     interrupted = True
                     break
@@ -368,7 +402,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     if opts.chart:
         chart.save()
     if interrupted:
-        save(os.path.join(backup_dir, f"{base}.backup"))
+        checkpoint(schedule.stop_name)
         log(f"stopped at iteration {i}; resume with the same command and {written[-1]}")
     else:
         save(os.path.join(backup_dir, f"{base}_final.weights"))
