@@ -1,6 +1,7 @@
 """`mpirun -np 2 darknumba detector train` (and classifier train) on loopback, against one
 process with the same cfg and seed: the same final weights and rolling statistics (whole
-mini-batches per rank; subdivisions=1 split with --sync-bn), resume with the other number of
+mini-batches per rank; subdivisions=1 split with --sync-bn; AlexeyAB's mosaic loader and EMA;
+the classifier), resume with the other number of
 processes, a killed rank stops the job with the checkpoint intact, Ctrl-C stops every rank at
 the same iteration and saves, a cfg the ranks cannot share is refused with its numbers.
 Skipped without mpi4py and mpirun (pip install '.[mpi]')."""
@@ -137,6 +138,21 @@ def test_resume_on_the_other_number_of_processes(shapes, reference):
     ref = root / "one-resumed" / "sub2_final.weights"
     assert_same_weights(sub2, ref, root / "two-then-one" / "sub2_final.weights")
     assert_same_weights(sub2, ref, root / "one-then-two" / "sub2_final.weights")
+
+
+def test_alexeyab_mosaic_training_on_two_ranks_as_on_one(shapes, tmp_path):
+    """AlexeyAB's loader (mosaic chosen per loader-thread share, blur, noise) and EMA: each rank
+    loads its images of the same batches."""
+    from ab_tiny import ab_tiny_cfg
+    root, data, _, _ = shapes
+    cfg = tmp_path / "ab.cfg"
+    cfg.write_text(ab_tiny_cfg(max_batches=ITERS))
+    one_process(data, cfg, tmp_path / "one")
+    code, out = mpirun(["detector", "train", data, cfg, "--backup", tmp_path / "two",
+                        "--no-progress", "--no-chart"])
+    assert code == 0, out
+    assert_same_weights(cfg, tmp_path / "one" / "ab_final.weights",
+                        tmp_path / "two" / "ab_final.weights")
 
 
 def rank_pids(mark):
