@@ -97,15 +97,26 @@ class PeerOfRankZero(Communicator):
         return None
 
 
-def test_detection_loader_loads_exactly_the_positions_asked_for(tmp_path):
+@pytest.mark.parametrize("dialect", ["pjreddie", "alexeyab"])
+def test_detection_loader_loads_exactly_the_positions_asked_for(tmp_path, dialect):
+    """pjreddie's loader, and AlexeyAB's with mosaic (chosen per loader-thread share)."""
+    from ab_tiny import ab_tiny_cfg
+
     from darknumba.data.datasets import DetectionDataset, get_paths, read_data_cfg
     from darknumba.data.loader import DetectionLoader, MultiScale
     from darknumba.data.synthetic import generate_shapes
     from darknumba.vision.augment import AugmentConfig
+    from darknumba.vision.augment_ab import AbAugmentConfig
     data = generate_shapes(tmp_path / "ds", n=12, valid_fraction=0.0, seed=3, size=(40, 56))
     ds = DetectionDataset(get_paths(read_data_cfg(data).train), 3)
-    net = parse_network_cfg(write_cfg(tmp_path, 2))
-    args = (ds, 6, AugmentConfig.from_network(net), MultiScale(32, 32, False, 0, 10))
+    if dialect == "alexeyab":
+        cfg = tmp_path / "ab.cfg"
+        cfg.write_text(ab_tiny_cfg())
+        aug = AbAugmentConfig.from_network(parse_network_cfg(cfg), log=lambda m: None)
+        assert aug.mixup == 3                            # mosaic
+    else:
+        aug = AugmentConfig.from_network(parse_network_cfg(write_cfg(tmp_path, 2)))
+    args = (ds, 6, aug, MultiScale(32, 32, False, 0, 10))
     with DetectionLoader(*args, seed=4, start=3) as whole, \
             DetectionLoader(*args, seed=4, start=3, positions=[1, 4, 5]) as part:
         for _ in range(2):

@@ -109,7 +109,8 @@ def test_two_ranks_train_what_one_process_trains(shapes, reference):
     assert "each rank trains mini-batches 0..0 of 2" in out
     cores = len(os.sched_getaffinity(0))
     assert f"{max(1, cores // 2)} thread(s) each" in out      # the cores shared out
-    assert_same_weights(sub2, root / "one" / "sub2_final.weights", root / "two" / "sub2_final.weights")
+    assert_same_weights(sub2, root / "one" / "sub2_final.weights",
+                        root / "two" / "sub2_final.weights")
 
 
 def test_sync_bn_splits_one_mini_batch_over_two_ranks(shapes, reference):

@@ -90,9 +90,9 @@ class AbMultiScale:
 class DetectionLoader:
     """Iterate (X (n,3,h,w) float32, truth (n, max_boxes*truth_size) float32) from batch
     `start` on: the batch's `images` images, or only those at `positions` among them
-    (n = len(positions)). Images are drawn at random with replacement (get_random_paths). `aug` says whose
-    augmentation: AugmentConfig (pjreddie's load_data_detection, 5 floats per truth) or
-    AbAugmentConfig (AlexeyAB's, with mosaic and mixup, 6 floats per truth)."""
+    (n = len(positions)). Images are drawn at random with replacement (get_random_paths).
+    `aug` says whose augmentation: AugmentConfig (pjreddie's load_data_detection, 5 floats per
+    truth) or AbAugmentConfig (AlexeyAB's, with mosaic and mixup, 6 floats per truth)."""
 
     def __init__(self, dataset: DetectionDataset, images: int,
                  aug: AugmentConfig | AbAugmentConfig, scales, seed: int = 0, start: int = 0,
@@ -128,7 +128,10 @@ class DetectionLoader:
 
     def load_batch(self, k: int):
         w, h = self.scales.size(k)
-        image_rng = lambda i: np.random.default_rng([self.seed, k, i])  # noqa: E731
+
+        def image_rng(position):
+            return np.random.default_rng([self.seed, k, position])
+
         if self.ab:
             def draw(rng):
                 j, im = self.draw_image(rng)

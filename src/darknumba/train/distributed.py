@@ -153,7 +153,7 @@ def stop_all_on_error(comm: Communicator, last_checkpoint=lambda: None):
     checkpoint, then end the whole job (MPI_Abort). Agreed exceptions propagate as usual."""
     try:
         yield
-    except BaseException as e:     # KeyboardInterrupt and SystemExit included: they are one-sided too
+    except BaseException as e:     # KeyboardInterrupt and SystemExit too: one-sided as well
         if comm.size == 1 or getattr(e, "agreed", False):
             raise
         if not isinstance(e, (DarknumbaError, KeyboardInterrupt, SystemExit)):
