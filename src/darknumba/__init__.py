@@ -10,6 +10,10 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # here, yolov3-tiny inference 55 -> 44 ms/image, a batch-8 training step 1.49 -> 1.14 s.
 # OpenBLAS reads this when numpy loads: import darknumba before numpy for it to apply.
 os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+# Under mpirun, several ranks share this machine's cores: size the thread pools before they start.
+from .launcher import limit_threads_per_rank  # noqa: E402
+
+limit_threads_per_rank()
 
 from .errors import DarknumbaError, CfgError, WeightsError  # noqa: E402
 from .network import Network  # noqa: E402

@@ -9,6 +9,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from .options import CheckEveryOption, MpiTimeoutOption, SyncBnOption
+
 classifier_app = typer.Typer(rich_markup_mode=None, help="Darknet's classifier commands: train, predict, valid; "
                                   "example writes a small synthetic set.", no_args_is_help=True)
 
@@ -29,18 +31,24 @@ def train(data: DataArg, cfg: CfgArg,
           compat: Annotated[Optional[str], typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+          sync_bn: SyncBnOption = False,
+          check_every: CheckEveryOption = 100,
+          mpi_timeout: MpiTimeoutOption = None,
 ):
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
     rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 1000
-    iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save)."""
+    iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save). Under
+    `mpirun -np N` the N processes train one network, sharing each iteration's mini-batches."""
     from ..train.classifier import ClassifierTrainOptions, train_classifier
+    from ..train.data_parallel import run_training
     from .detector_train import check_compat
     opts = ClassifierTrainOptions(weights=str(weights) if weights else None, clear=clear,
                                   seed=seed, workers=workers, max_batches=max_batches,
                                   backup=str(backup) if backup else None, log_every=log_every,
                                   compat=check_compat(compat))
-    train_classifier(str(data), str(cfg), opts,
-                     log=lambda m, file=None: typer.echo(m, err=file is sys.stderr))
+    run_training(train_classifier, str(data), str(cfg), opts,
+                 lambda m, file=None: typer.echo(m, err=file is sys.stderr), sync_bn, check_every,
+                 mpi_timeout)
 
 
 @classifier_app.command()

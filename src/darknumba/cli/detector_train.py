@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from .detector import detector_app
-from .options import DialectOption
+from .options import CheckEveryOption, DialectOption, MpiTimeoutOption, SyncBnOption
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
@@ -42,11 +42,16 @@ def train(data: DataArg, cfg: CfgArg,
           compat: Annotated[str | None, typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+          sync_bn: SyncBnOption = False,
+          check_every: CheckEveryOption = 100,
+          mpi_timeout: MpiTimeoutOption = None,
 ):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
     saves <cfg>.backup (alexeyab: <cfg>_last.weights); starting from a checkpoint resumes at
     its `seen`. An AlexeyAB network trains as AlexeyAB's Darknet does: mosaic, letter_box, blur,
-    gaussian_noise, mixup from [net]; <cfg>_last/_final/_best/_ema.weights."""
+    gaussian_noise, mixup from [net]; <cfg>_last/_final/_best/_ema.weights. Under
+    `mpirun -np N` the N processes train one network, sharing each iteration's mini-batches."""
+    from ..train.data_parallel import run_training
     from ..train.detector import Schedule, TrainOptions, train_detector
     if map_flag and not map_every:
         map_every = -1          # AlexeyAB's rule (train.alexeyab.MapSchedule)
@@ -58,7 +63,8 @@ def train(data: DataArg, cfg: CfgArg,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
                         map_epochs=map_epochs, compat=check_compat(compat), dialect=dialect)
-    train_detector(str(data), str(cfg), opts, log=_log)
+    run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
+                 mpi_timeout)
 
 
 def check_compat(value):

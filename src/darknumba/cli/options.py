@@ -16,3 +16,16 @@ DialectOption = Annotated[Optional[str], typer.Option(
     "--dialect", callback=_check_dialect,
     help="whose Darknet the network follows: pjreddie or alexeyab (default: alexeyab when the "
          "cfg uses anything only AlexeyAB's Darknet reads, or the weights header is 0.2.5)")]
+
+
+# data-parallel training under mpirun (train/data_parallel.py); without mpirun they do nothing
+SyncBnOption = Annotated[bool, typer.Option(
+    "--sync-bn", help="under mpirun: split every mini-batch (batch/subdivisions images) over the "
+                      "ranks and synchronise batch norm across them; for subdivisions smaller "
+                      "than the number of ranks")]
+CheckEveryOption = Annotated[int, typer.Option(
+    help="under mpirun: compare a checksum of every rank's weights every N iterations (0: at "
+         "the start only)")]
+MpiTimeoutOption = Annotated[Optional[float], typer.Option(
+    help="under mpirun: seconds a rank waits for the others before it stops the job "
+         "(default 1800: rank 0 alone writes checkpoints and measures mAP meanwhile)")]

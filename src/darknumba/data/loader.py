@@ -1,9 +1,12 @@
 """Batches for training, prepared ahead in background threads (Darknet's `load_data` thread).
 
-Reproducible with a seed whatever the thread timing: batch k draws its images and every random
-number from its own generator seeded with (seed, k), and the multi-scale size of batch k is a
-function of (seed, k // 10) alone (AlexeyAB's: of (seed, (k - first batch of the run) // 10)). Decoding (PIL) and the augmentation kernels (numba, nogil)
-release the GIL, so a couple of threads keep ahead of the network.
+Reproducible with a seed whatever the thread timing: image i of batch k is drawn and augmented
+with its own generator seeded with (seed, k, i) (AlexeyAB's per-thread mosaic / mixup choice:
+(seed, k)), and the multi-scale size of batch k is a function of (seed, k // 10) alone
+(AlexeyAB's: of (seed, (k - first batch of the run) // 10)). So a loader can load any part of a
+batch (`positions`: a data-parallel rank's share) and get exactly those images of the whole
+batch. Decoding (PIL) and the augmentation kernels (numba, nogil) release the GIL, so a couple
+of threads keep ahead of the network.
 """
 from __future__ import annotations
 
@@ -86,14 +89,16 @@ class AbMultiScale:
 
 class DetectionLoader:
     """Iterate (X (n,3,h,w) float32, truth (n, max_boxes*truth_size) float32) from batch
-    `start` on. Images are drawn at random with replacement (get_random_paths). `aug` says whose
-    augmentation: AugmentConfig (pjreddie's load_data_detection, 5 floats per truth) or
-    AbAugmentConfig (AlexeyAB's, with mosaic and mixup, 6 floats per truth)."""
+    `start` on: the batch's `images` images, or only those at `positions` among them
+    (n = len(positions)). Images are drawn at random with replacement (get_random_paths).
+    `aug` says whose augmentation: AugmentConfig (pjreddie's load_data_detection, 5 floats per
+    truth) or AbAugmentConfig (AlexeyAB's, with mosaic and mixup, 6 floats per truth)."""
 
     def __init__(self, dataset: DetectionDataset, images: int,
                  aug: AugmentConfig | AbAugmentConfig, scales, seed: int = 0, start: int = 0,
-                 workers: int = 2, prefetch: int = 2):
+                 workers: int = 2, prefetch: int = 2, positions=None):
         self.ds, self.images, self.aug, self.scales = dataset, images, aug, scales
+        self.positions = list(range(images) if positions is None else positions)
         self.seed, self.next_index = seed, start
         self.prefetch = max(1, prefetch)
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers),
@@ -122,16 +127,22 @@ class DetectionLoader:
         raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())
 
     def load_batch(self, k: int):
-        rng = np.random.default_rng([self.seed, k])
         w, h = self.scales.size(k)
+
+        def image_rng(position):
+            return np.random.default_rng([self.seed, k, position])
+
         if self.ab:
             def draw(rng):
                 j, im = self.draw_image(rng)
                 return im, self.ds.boxes[j], self.track_bases[j]
-            return load_data_detection_ab(rng, draw, self.images, w, h, self.aug)
-        X = np.empty((self.images, 3, h, w), dtype=np.float32)
-        T = np.zeros((self.images, self.aug.max_boxes * 5), dtype=np.float32)
-        for i in range(self.images):
+            return load_data_detection_ab(np.random.default_rng([self.seed, k]), draw,
+                                          self.images, w, h, self.aug, self.positions,
+                                          image_rng)
+        X = np.empty((len(self.positions), 3, h, w), dtype=np.float32)
+        T = np.zeros((len(self.positions), self.aug.max_boxes * 5), dtype=np.float32)
+        for i, position in enumerate(self.positions):
+            rng = image_rng(position)
             j, im = self.draw_image(rng)
             X[i], T[i] = augment_detection(rng, im, self.ds.boxes[j], w, h, self.aug)
         return X, T

@@ -98,6 +98,49 @@ def batchnorm_x_norm(x, mean, divisor, batch, filters, spatial, x_norm):
             dst[k] = (src[k] - m) / d
 
 
+@njit(cache=True, inline="always", fastmath={"reassoc"})
+def _bn_channel_sums(delta, x, m, xm, xd, batch, filters, spatial, f):
+    """Channel f's float64 sums over the batch: delta, delta * x_norm (x_norm recomputed from
+    x with the forward statistics xm / xd) and delta * (x - m)."""
+    s1 = 0.0
+    s2 = 0.0
+    s3 = 0.0
+    for b in range(batch):
+        base = (b * filters + f) * spatial
+        d = delta[base:base + spatial]
+        xr = x[base:base + spatial]
+        for k in range(spatial):
+            dk = np.float64(d[k])
+            s1 += dk
+            s2 += dk * np.float32((xr[k] - xm) / xd)
+            s3 += dk * (xr[k] - m)
+    return s1, s2, s3
+
+
+@njit(cache=True, inline="always")
+def _bn_channel_delta(delta, x, m, var, sf, s1, s3, inv_n, batch, filters, spatial, f,
+                      delta_eps_outside_sqrt):
+    """mean_delta and variance_delta of channel f from its sums s1 (delta) and s3
+    (delta * (x - mean)) over inv_n = 1 / values, then its delta rewritten in place (Darknet's
+    normalize_delta_cpu); returns (mean_delta, variance_delta)."""
+    s = np.float64(sf)
+    v = np.float64(var + np.float32(0.00001))
+    inv_std = c_reciprocal(math.sqrt(v))
+    md = np.float32(s * s1 * -inv_std)
+    vd = np.float32(s * s3 * (-0.5 * v ** -1.5))
+    if delta_eps_outside_sqrt:
+        inv_std = c_reciprocal(math.sqrt(np.float64(var)) + np.float64(np.float32(0.00001)))
+    vdn = 2.0 * vd * inv_n
+    mdn = md * inv_n
+    for b in range(batch):
+        base = (b * filters + f) * spatial
+        d = delta[base:base + spatial]
+        xr = x[base:base + spatial]
+        for k in range(spatial):
+            d[k] = np.float32((d[k] * sf) * inv_std + vdn * np.float64(xr[k] - m) + mdn)
+    return md, vd
+
+
 @njit(parallel=True, cache=True, fastmath={"reassoc"})
 def batchnorm_backward(delta, x, mean, variance, scales, batch, filters, spatial,
                        bias_updates, scale_updates, mean_delta, variance_delta, x_mean,
@@ -113,42 +156,66 @@ def batchnorm_backward(delta, x, mean, variance, scales, batch, filters, spatial
     by sqrt(var) + 1e-5 (delta_eps_outside_sqrt)."""
     inv_n = 1.0 / (spatial * batch)
     for f in prange(filters):
-        s1 = 0.0
-        s2 = 0.0
-        s3 = 0.0
-        m = mean[f]
-        xm = x_mean[f]
-        xd = x_divisor[f]
-        for b in range(batch):
-            base = (b * filters + f) * spatial
-            d = delta[base:base + spatial]
-            xr = x[base:base + spatial]
-            for k in range(spatial):
-                dk = np.float64(d[k])
-                s1 += dk
-                s2 += dk * np.float32((xr[k] - xm) / xd)
-                s3 += dk * (xr[k] - m)
-        s = np.float64(scales[f])
-        v = np.float64(variance[f] + np.float32(0.00001))
+        s1, s2, s3 = _bn_channel_sums(delta, x, mean[f], x_mean[f], x_divisor[f], batch,
+                                      filters, spatial, f)
         bias_updates[f] += np.float32(s1)
         scale_updates[f] += np.float32(s2)
-        inv_std = c_reciprocal(math.sqrt(v))
-        md = np.float32(s * s1 * -inv_std)
-        vd = np.float32(s * s3 * (-0.5 * v ** -1.5))
-        mean_delta[f] = md
-        variance_delta[f] = vd
-        if delta_eps_outside_sqrt:
-            inv_std = c_reciprocal(math.sqrt(np.float64(variance[f])) +
-                                   np.float64(np.float32(0.00001)))
-        vdn = 2.0 * vd * inv_n
-        mdn = md * inv_n
-        sf = scales[f]
+        mean_delta[f], variance_delta[f] = _bn_channel_delta(
+            delta, x, mean[f], variance[f], scales[f], s1, s3, inv_n, batch, filters, spatial,
+            f, delta_eps_outside_sqrt)
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc"})
+def batchnorm_backward_sums(delta, x, mean, batch, filters, spatial, bias_updates,
+                            scale_updates, x_mean, x_divisor, sums):
+    """The first sweep of batchnorm_backward alone, for a mini-batch split across processes
+    (synchronised batch norm): this part's sums into sums (3 x filters, float64: delta,
+    delta * x_norm, delta * (x - mean)) and the bias and scale gradients they give."""
+    for f in prange(filters):
+        s1, s2, s3 = _bn_channel_sums(delta, x, mean[f], x_mean[f], x_divisor[f], batch,
+                                      filters, spatial, f)
+        sums[0, f] = s1
+        sums[1, f] = s2
+        sums[2, f] = s3
+        bias_updates[f] += np.float32(s1)
+        scale_updates[f] += np.float32(s2)
+
+
+@njit(parallel=True, cache=True)
+def batchnorm_backward_delta(delta, x, mean, variance, scales, batch, filters, spatial, sums,
+                             count, mean_delta, variance_delta, delta_eps_outside_sqrt):
+    """The second sweep of batchnorm_backward alone: `sums` (batchnorm_backward_sums' rows,
+    added up over every part of the mini-batch) over `count` values per channel (the whole
+    mini-batch's batch * spatial), this part's delta rewritten."""
+    inv_n = 1.0 / count
+    for f in prange(filters):
+        mean_delta[f], variance_delta[f] = _bn_channel_delta(
+            delta, x, mean[f], variance[f], scales[f], sums[0, f], sums[2, f], inv_n, batch,
+            filters, spatial, f, delta_eps_outside_sqrt)
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc"})
+def channel_moments_cpu(x, batch, filters, spatial, moments):
+    """Per channel, the float64 mean and sum of squared deviations of its batch * spatial
+    values, in two passes, into moments (filters x 2): a part of a mini-batch split across
+    processes, whose parts combine (Chan et al.) into the statistics mean_variance_cpu
+    computes on the whole, before the one rounding to float32."""
+    count = batch * spatial
+    for f in prange(filters):
+        s = 0.0
         for b in range(batch):
             base = (b * filters + f) * spatial
-            d = delta[base:base + spatial]
-            xr = x[base:base + spatial]
             for k in range(spatial):
-                d[k] = np.float32((d[k] * sf) * inv_std + vdn * np.float64(xr[k] - m) + mdn)
+                s += np.float64(x[base + k])
+        m = s / count
+        m2 = 0.0
+        for b in range(batch):
+            base = (b * filters + f) * spatial
+            for k in range(spatial):
+                d = np.float64(x[base + k]) - m
+                m2 += d * d
+        moments[f, 0] = m
+        moments[f, 1] = m2
 
 
 @njit(parallel=True, cache=True, fastmath={"reassoc"})

@@ -13,6 +13,11 @@ A layer mirrors Darknet's `layer` struct for its own type only:
   (the previous layer's delta) unless ``net.delta`` is None, which it is for layer 0.
 - ``update(a)`` applies one optimizer step (``a`` is an UpdateArgs) to layers with parameters.
 - ``weight_records()`` lists the parameter arrays in the order a .weights file stores them.
+- Batch-norm layers call ``bn_sync`` (None unless set) when a mini-batch is split across
+  processes: ``bn_sync.batch_stats(x, batch, n, spatial, mean, variance)`` puts the whole
+  mini-batch's statistics in mean and variance from this part's values x,
+  ``bn_sync.sums_buffer(n)`` / ``add_up(sums)`` add up backward's per-channel sums over the
+  parts, ``bn_sync.ranks`` is the number of parts.
 - Buffers come from ``zeros()``; inside ``shapes_only()`` it hands out read-only zero-stride
   views instead, so a network can be built for its layer table alone (``allocate=False``).
 Arithmetic over elements lives in ``darknumba.kernels``; layer classes only orchestrate.
@@ -88,6 +93,7 @@ class Layer:
     cost = None                   # loss layers: float, set in forward
     dontload = False
     dontsave = False
+    bn_sync = None                # synchronised batch norm across processes (see above)
     workspace_size = 0            # floats of the network's shared scratch buffer this layer needs
     quirks = DEFAULT_QUIRKS       # the network's named behaviours (set when built from a cfg)
 

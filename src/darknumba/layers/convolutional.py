@@ -26,6 +26,8 @@ from ..kernels.direct import (
 )
 from ..kernels.fused import (
     batchnorm_backward,
+    batchnorm_backward_delta,
+    batchnorm_backward_sums,
     batchnorm_bias_activate,
     batchnorm_train_epilogue,
     bn_divisors,
@@ -84,11 +86,9 @@ def forward_batchnorm(l, net, stats_done=False):
         else:
             mean_cpu(l.output, l.batch, n, spatial, l.mean)
             variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
-        keep = l.quirks.bn_rolling_momentum
-        scal_cpu(n, keep, l.rolling_mean)
-        axpy_cpu(n, 1.0 - keep, l.mean, l.rolling_mean)
-        scal_cpu(n, keep, l.rolling_variance)
-        axpy_cpu(n, 1.0 - keep, l.variance, l.rolling_variance)
+        if l.bn_sync is not None:       # the mini-batch is split across processes
+            l.bn_sync.batch_stats(l.output, l.batch, n, spatial, l.mean, l.variance)
+        update_rolling_stats(l, l.mean, l.variance)
         # copy x, normalize, scale, add bias, activate: one sweep (x_norm is recomputed)
         batchnorm_train_epilogue(l.output, l.x, l.mean, bn_divisor(l, l.variance), l.scales,
                                  l.biases, l.batch, n, spatial, act)
@@ -96,6 +96,17 @@ def forward_batchnorm(l, net, stats_done=False):
         batchnorm_bias_activate(l.output, l.rolling_mean, bn_divisor(l, l.rolling_variance),
                                 l.scales, l.biases, l.batch, n, spatial, act)
     activate_output(l, net.train, act)
+
+
+def update_rolling_stats(l, mean, variance):
+    """The rolling statistics' step towards a batch's mean and variance (in forward_batchnorm;
+    data-parallel training replays it for the mini-batches other processes ran)."""
+    n = l.out_c
+    keep = l.quirks.bn_rolling_momentum
+    scal_cpu(n, keep, l.rolling_mean)
+    axpy_cpu(n, 1.0 - keep, mean, l.rolling_mean)
+    scal_cpu(n, keep, l.rolling_variance)
+    axpy_cpu(n, 1.0 - keep, variance, l.rolling_variance)
 
 
 def bn_divisor(l, variance):
@@ -111,9 +122,19 @@ def backward_batchnorm(l, net):
     n, spatial = l.out_c, l.out_h * l.out_w
     mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
     kept = l.bias_updates.copy() if l.quirks.bn_bias_not_updated else None
-    batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
-                       l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta, l.mean,
-                       bn_divisor(l, l.variance), l.quirks.bn_delta_eps_outside_sqrt)
+    if l.bn_sync is not None and net.train:
+        # the mini-batch is split across processes: its sums are added up over all of them
+        sums = l.bn_sync.sums_buffer(n)
+        batchnorm_backward_sums(l.delta, l.x, mean, l.batch, n, spatial, l.bias_updates,
+                                l.scale_updates, l.mean, bn_divisor(l, l.variance), sums)
+        l.bn_sync.add_up(sums)
+        batchnorm_backward_delta(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
+                                 sums, l.bn_sync.ranks * l.batch * spatial, l.mean_delta,
+                                 l.variance_delta, l.quirks.bn_delta_eps_outside_sqrt)
+    else:
+        batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
+                           l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta,
+                           l.mean, bn_divisor(l, l.variance), l.quirks.bn_delta_eps_outside_sqrt)
     if kept is not None:
         l.bias_updates[:] = kept
 

@@ -28,7 +28,7 @@ from ..errors import DarknumbaError, DataError
 from ..vision.augment import rand_scale, random_distort_image
 from ..vision.image import letterbox_image, load_image_color, resize_image
 from ..weights import save_weights
-from .detector import StopFlag, train_iteration, training_network
+from .detector import StopFlag, training_network
 
 
 # -- the .data file and labels -----------------------------------------------------------------
@@ -190,21 +190,26 @@ class ClassifierTrainOptions:
     max_batches: int | None = None
     backup_every: int = 1000        # CFG.backup every N iterations (Darknet: 1000)
     log_every: int = 1
+    parallel: object = None         # data_parallel.DataParallel to train on MPI ranks (None: one
+                                    # process)
 
 
 class _BatchLoader:
-    """Augmented batches on a thread pool, one batch ahead."""
+    """Augmented batches on a thread pool, one batch ahead: the whole batch is drawn (images
+    and their augmentation seeds), the images at `positions` in it are loaded (all: None)."""
 
-    def __init__(self, paths, idx, classes, size, aug, batch, seed, workers):
+    def __init__(self, paths, idx, classes, size, aug, batch, seed, workers, positions=None):
         self.paths, self.idx, self.classes = paths, idx, classes
         self.size, self.aug, self.batch = size, aug, batch
+        self.positions = list(range(batch) if positions is None else positions)
         self.rng = np.random.default_rng(seed)
         self.pool = ThreadPoolExecutor(max(1, workers))
         self.next = self.pool.submit(self._load, self._draw())
 
     def _draw(self):
         pick = self.rng.integers(len(self.paths), size=self.batch)
-        return [(self.paths[i], int(self.idx[i]), int(self.rng.integers(2 ** 31))) for i in pick]
+        items = [(self.paths[i], int(self.idx[i]), int(self.rng.integers(2 ** 31))) for i in pick]
+        return [items[i] for i in self.positions]
 
     def _load(self, items):
         X = np.empty((len(items), 3, self.size, self.size), np.float32)
@@ -231,7 +236,10 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     if not dc.train:
         raise DataError(f"{datacfg}: no `train` list")
     paths, idx = labelled_paths(dc.train, dc.labels, log)
-    net = training_network(cfgfile, opts, log)
+    from .data_parallel import OneProcess
+    par = opts.parallel or OneProcess()
+    net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts))
+    par.setup(net, log)
     if net.outputs != dc.classes:
         raise DarknumbaError(f"{cfgfile} outputs {net.outputs} values, {datacfg} has "
                              f"classes={dc.classes}")
@@ -250,12 +258,13 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     written = []
 
     def save(path):
-        save_weights(net, path)
+        if par.is_root:
+            save_weights(net, path)
         written.append(path)
         log(f"Saving weights to {path}")
 
     loader = _BatchLoader(paths, idx, dc.classes, net.w, aug, imgs,
-                          [opts.seed, net.current_batch()], opts.workers)
+                          [opts.seed, net.current_batch()], opts.workers, par.positions())
     epoch = net.seen // N
     avg_loss, loss, interrupted = -1.0, math.nan, False
     try:
@@ -263,7 +272,8 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
             while net.current_batch() < net.max_batches:
                 t0 = time.time()
                 X, T = next(loader)
-                loss = train_iteration(net, X, T, written[-1] if written else None) / imgs
+                loss = par.train_iteration(net, X, T, written[-1] if written else None,
+                                           stop) / imgs
                 avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 i = net.current_batch()
                 if i % opts.log_every == 0:

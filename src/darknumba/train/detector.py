@@ -77,6 +77,8 @@ class TrainOptions:
     map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never,
                                    # -1: AlexeyAB's -map rule, see alexeyab.MapSchedule)
     map_epochs: int = 4            # -map: every map_epochs passes over the training images
+    parallel: object = None        # data_parallel.DataParallel to train on MPI ranks (None: one
+                                   # process)
 
 
 def load_partial_weights(net, path, allow_partial: bool = True) -> int:
@@ -119,10 +121,12 @@ def train_iteration(net, X, T, last_checkpoint=None) -> float:
     return total
 
 
-def training_network(cfgfile, opts, log):
+def training_network(cfgfile, opts, log, batch=None):
     """The network a training run starts from: Darknet's random initialisation (opts.seed),
-    then whatever layers opts.weights covers; --clear and --max-batches applied."""
-    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat, dialect=opts.dialect,
+    then whatever layers opts.weights covers; --clear and --max-batches applied. batch: the
+    images per forward pass, if not the cfg's batch/subdivisions."""
+    net = parse_network_cfg(cfgfile, batch=batch, seed=opts.seed, compat=opts.compat,
+                            dialect=opts.dialect,
                             weights_version=peek_version(opts.weights) if opts.weights else None)
     if opts.weights:
         loaded = load_partial_weights(net, opts.weights, opts.partial)
@@ -218,17 +222,20 @@ class LossChart:
 
 
 class StopFlag:
-    """Ctrl-C sets a flag the loop checks between iterations; a second Ctrl-C aborts."""
+    """Ctrl-C sets `requested`; the loop stops between iterations when `set`, the same flag in
+    one process (data-parallel ranks, `shared`, set it together from every rank's request);
+    a second Ctrl-C aborts."""
 
     def __init__(self):
-        self.set = False
+        self.set = self.requested = self.shared = False
         self._old = None
 
     def __enter__(self):
         def handler(signum, frame):
-            if self.set:
+            if self.requested:
                 raise KeyboardInterrupt
-            self.set = True
+            self.requested = True
+            self.set = self.set or not self.shared
             print("\ninterrupted: finishing this iteration, then saving (Ctrl-C again to "
                   "abort without saving)", file=sys.stderr)
         try:
@@ -271,7 +278,10 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
     os.makedirs(backup_dir, exist_ok=True)
 
-    net = training_network(cfgfile, opts, log)
+    from .data_parallel import OneProcess
+    par = opts.parallel or OneProcess()
+    net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts))
+    par.setup(net, log)
     last = net.layers[-1]
     if last.type not in ("yolo", "region"):
         # YOLOv1's [detection] wants Darknet's per-cell truth grid (load_data_region): not yet
@@ -305,7 +315,8 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     written: list[str] = []
 
     def save(path):
-        save_weights(net, path)
+        if par.is_root:
+            save_weights(net, path)
         written.append(path)
         log(f"Saving weights to {path}")
 
@@ -313,7 +324,8 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         save(os.path.join(backup_dir, base + suffix))
         if suffix == "_last.weights" and ema is not None and ema.initialized:
             path = os.path.join(backup_dir, f"{base}_ema.weights")
-            ema.save(net, path)
+            if par.is_root:
+                ema.save(net, path)
             written.append(path)
             log(f" EMA weights are saved to the file: {path}")
 
@@ -327,7 +339,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     i = start
     interrupted = False
     loader = DetectionLoader(ds, imgs, aug, scales, seed=opts.seed, start=start,
-                             workers=opts.workers)
+                             workers=opts.workers, positions=par.positions())
     try:
         with StopFlag() as stop:
             while net.current_batch() < net.max_batches:
@@ -339,7 +351,8 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                     net.resize(w, h)
                 t_load = time.time() - t0
                 t0 = time.time()
-                loss = train_iteration(net, X, T, written[-1] if written else None) / imgs
+                loss = par.train_iteration(net, X, T, written[-1] if written else None,
+                                           stop) / imgs
                 avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 i = net.current_batch()
                 if ema is not None:

@@ -119,16 +119,24 @@ def blend_truth_mosaic(truth, new, w, h, cut_x, cut_y, q, shifts, mosaic_bound=F
     truth[k:k + len(rows), 5:] = 0
 
 
-def load_data_detection_ab(rng, draw, n: int, w: int, h: int, a: AbAugmentConfig):
+def load_data_detection_ab(rng, draw, n: int, w: int, h: int, a: AbAugmentConfig,
+                           positions=None, image_rng=None):
     """A batch of n images at w x h as AlexeyAB's loader makes it. draw(rng) gives the next
     random training image: (image (3, ih, iw) float32, boxes (k, 5) [x, y, w, h, class],
-    track id base). Returns X (n, 3, h, w) float32 and truths (n, max_boxes * 6) float32."""
-    X = np.zeros((n, 3, h, w), np.float32)
-    T = np.zeros((n, a.max_boxes, a.truth_size), np.float32)
-    mode = np.zeros(n, np.int64)
+    track id base). Returns X (n, 3, h, w) float32 and truths (n, max_boxes * 6) float32: of
+    the images at `positions` of the batch only, if given (a data-parallel rank's share). The
+    mosaic / mixup choice of each loader thread's share comes from rng; every image's draws
+    from image_rng(position) if given, else from rng, image after image."""
+    positions = range(n) if positions is None else positions
+    X = np.zeros((len(positions), 3, h, w), np.float32)
+    T = np.zeros((len(positions), a.max_boxes, a.truth_size), np.float32)
+    modes = np.zeros(n, np.int64)
     for share in thread_shares(n):
-        mode[share.start:share.stop] = a.mixup if rng.integers(2) else 0
-    for i in range(n):
+        modes[share.start:share.stop] = a.mixup if rng.integers(2) else 0
+    mode = modes[list(positions)]
+    for i, position in enumerate(positions):
+        if image_rng is not None:
+            rng = image_rng(position)
         if mode[i] == 3:
             cut_x = int(rng.integers(int(w * MOSAIC_MIN_OFFSET), int(w * (1 - MOSAIC_MIN_OFFSET)) + 1))
             cut_y = int(rng.integers(int(h * MOSAIC_MIN_OFFSET), int(h * (1 - MOSAIC_MIN_OFFSET)) + 1))
@@ -146,4 +154,4 @@ def load_data_detection_ab(rng, draw, n: int, w: int, h: int, a: AbAugmentConfig
             ai, truth, _ = augment_ab(rng, im, boxes, track, w, h, a)
             X[i] = 0.5 * ai + 0.5 * X[i]
             blend_truth(T[i], truth)
-    return X, T.reshape(n, -1)
+    return X, T.reshape(len(positions), -1)
