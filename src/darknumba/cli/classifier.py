@@ -32,15 +32,16 @@ def train(data: DataArg, cfg: CfgArg,
 ):
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
     rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 1000
-    iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save)."""
+    iterations and CFG.weights at the end (Ctrl-C: finish the iteration, save, exit status 130)."""
     from ..train.classifier import ClassifierTrainOptions, train_classifier
     from .detector_train import check_compat
     opts = ClassifierTrainOptions(weights=str(weights) if weights else None, clear=clear,
                                   seed=seed, workers=workers, max_batches=max_batches,
                                   backup=str(backup) if backup else None, log_every=log_every,
                                   compat=check_compat(compat))
-    train_classifier(str(data), str(cfg), opts,
-                     log=lambda m, file=None: typer.echo(m, err=file is sys.stderr))
+    if train_classifier(str(data), str(cfg), opts,
+                        log=lambda m, file=None: typer.echo(m, err=file is sys.stderr))["interrupted"]:
+        raise typer.Exit(130)           # the weights are saved; the contract's Ctrl-C status
 
 
 @classifier_app.command()

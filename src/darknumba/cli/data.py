@@ -13,6 +13,8 @@ def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help
           policy: Annotated[str, typer.Option(help="skip: report every problem; stop: fail at the first")] = "skip"):
     """Decode every image and check every label line of the train and valid lists."""
     from ..data.datasets import check_data
+    from .detector_train import check_policy
+    check_policy(policy, "--policy")
     _, counts, issues = check_data(data, policy=policy, log=lambda m: typer.echo(m, err=True))
     for k, n in counts.items():
         typer.echo(f"{k}: {n} usable images")

@@ -48,8 +48,9 @@ def train(data: DataArg, cfg: CfgArg,
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
 ):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
-    saves <cfg>.backup; starting from a checkpoint resumes at its `seen`."""
+    saves <cfg>.backup (exit status 130); starting from a checkpoint resumes at its `seen`."""
     from ..train.detector import Schedule, TrainOptions, train_detector
+    check_policy(bad_data, "--bad-data")
     if map_flag and not map_every:
         map_every = -1          # train_detector turns it into 4 epochs
     opts = TrainOptions(weights=str(weights) if weights else None, clear=clear, seed=seed,
@@ -59,7 +60,8 @@ def train(data: DataArg, cfg: CfgArg,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
                         compat=check_compat(compat))
-    train_detector(str(data), str(cfg), opts, log=_log)
+    if train_detector(str(data), str(cfg), opts, log=_log)["interrupted"]:
+        raise typer.Exit(130)           # the checkpoint is saved; the contract's Ctrl-C status
 
 
 def check_compat(value):
@@ -67,6 +69,12 @@ def check_compat(value):
     if value not in COMPAT_MODES:
         raise typer.BadParameter(f"--compat takes darknet-cpu, not {value!r}")
     return value
+
+
+def check_policy(value, option):
+    from ..data.datasets import POLICIES
+    if value not in POLICIES:
+        raise typer.BadParameter(f"{option} takes {' or '.join(POLICIES)}, not {value!r}")
 
 
 def _log(msg, file=None):
