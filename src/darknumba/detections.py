@@ -28,7 +28,8 @@ class Detections:
 
 
 def letterbox_size(im_w: int, im_h: int, w: int, h: int) -> tuple[int, int]:
-    """(new_w, new_h) that letterbox_image and correct_yolo_boxes use (integer division)."""
+    """(new_w, new_h) that letterbox_image and correct_yolo_boxes use (integer division), at
+    least 1 pixel: Darknet's 0 for a 2000 x 1 image would divide by zero in the boxes."""
     if float(np.float32(w) / np.float32(im_w)) < float(np.float32(h) / np.float32(im_h)):
-        return w, (im_h * w) // im_w
-    return (im_w * h) // im_h, h
+        return w, max(1, (im_h * w) // im_w)
+    return max(1, (im_w * h) // im_h), h

@@ -52,12 +52,12 @@ def predict(data: DataArg, cfg: CfgArg,
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
     from ..parser import load_network
     from ..train.classifier import ClassifierData, predict_image
-    from ..vision.image import load_image_color
+    from ..vision.image import load_image
     dc = ClassifierData.read(data)
     net = load_network(cfg, weights, batch=1)
     k = top or dc.top
     for p in images:
-        im = load_image_color(p)
+        im = load_image(p, c=net.c)
         t0 = time.time()
         res = predict_image(net, im, k)
         typer.echo(f"{p}: Predicted in {time.time() - t0:f} seconds.", err=True)

@@ -137,21 +137,21 @@ def expand_images(args: list[str]) -> list[Path]:
 
 
 # -- running -----------------------------------------------------------------------------------
-def _load(path: Path):
-    from ..vision.image import load_image_color
+def _load(path: Path, c: int):
+    from ..vision.image import load_image
     try:
-        return load_image_color(path), None
+        return load_image(path, c=c), None
     except DataError as e:
         return None, str(e)
 
 
-def _prefetched(paths: list[Path], ahead: int):
-    """(path, image or None, error) in order, decoded by a worker thread `ahead` images early
-    (Pillow releases the GIL while it decodes)."""
+def _prefetched(paths: list[Path], ahead: int, c: int):
+    """(path, image or None, error) in order, decoded with c channels by a worker thread
+    `ahead` images early (Pillow releases the GIL while it decodes)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         queue = deque()
         for p in paths:
-            queue.append((p, pool.submit(_load, p)))
+            queue.append((p, pool.submit(_load, p, c)))
             if len(queue) > ahead:
                 q, f = queue.popleft()
                 yield (q, *f.result())
@@ -160,11 +160,11 @@ def _prefetched(paths: list[Path], ahead: int):
             yield (q, *f.result())
 
 
-def _batches(paths: list[Path], batch: int, skipped: list, single: bool):
+def _batches(paths: list[Path], batch: int, c: int, skipped: list, single: bool):
     """Lists of (path, image) of at most `batch`; unreadable images are an error for a single
     image, else reported and skipped."""
     chunk = []
-    for path, im, err in _prefetched(paths, ahead=2 * batch):
+    for path, im, err in _prefetched(paths, 2 * batch, c):
         if im is None:
             if single:
                 raise DataError(err)
@@ -233,7 +233,7 @@ def run_detection(net, names: list[str], paths: list[Path], thresh: float = 0.5,
     echo = typer.echo if single else bar.write
     start = time.perf_counter()
     try:
-        for chunk in _batches(paths, batch, skipped, single):
+        for chunk in _batches(paths, batch, net.c, skipped, single):
             t0 = time.perf_counter()
             all_dets = detect(net, [im for _, im in chunk], thresh, hier, nms, letterbox)
             seconds = (time.perf_counter() - t0) / len(chunk)

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..errors import DataError
 from ..vision.augment import AugmentConfig, augment_detection
-from ..vision.image import load_image_color
+from ..vision.image import load_image
 from .datasets import DetectionDataset
 
 RESIZE_EVERY = 10   # train_detector: a new size every 10 batches when random=1
@@ -50,13 +50,15 @@ class MultiScale:
 
 
 class DetectionLoader:
-    """Iterate (X (n,3,h,w) float32, truth (n, max_boxes*5) float32) from batch `start` on.
-    Images are drawn at random with replacement (get_random_paths)."""
+    """Iterate (X (n,c,h,w) float32, truth (n, max_boxes*5) float32) from batch `start` on.
+    Images are drawn at random with replacement (get_random_paths), loaded with `channels`
+    channels (the network's c: 1 gives grey, as AlexeyAB's load_data_detection)."""
 
     def __init__(self, dataset: DetectionDataset, images: int, aug: AugmentConfig,
                  scales: MultiScale, seed: int = 0, start: int = 0, workers: int = 2,
-                 prefetch: int = 2):
+                 prefetch: int = 2, channels: int = 3):
         self.ds, self.images, self.aug, self.scales = dataset, images, aug, scales
+        self.channels = channels
         self.seed, self.next_index = seed, start
         self.prefetch = max(1, prefetch)
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers),
@@ -66,14 +68,14 @@ class DetectionLoader:
     def load_batch(self, k: int):
         rng = np.random.default_rng([self.seed, k])
         w, h = self.scales.size(k)
-        X = np.empty((self.images, 3, h, w), dtype=np.float32)
+        X = np.empty((self.images, self.channels, h, w), dtype=np.float32)
         T = np.zeros((self.images, self.aug.max_boxes * 5), dtype=np.float32)
         for i in range(self.images):
             for _ in range(100):
                 j = int(rng.integers(len(self.ds)))
                 path = self.ds.paths[j]
                 try:
-                    im = load_image_color(path)
+                    im = load_image(path, c=self.channels)
                 except DataError as e:  # report, draw another image
                     self.ds.issues.report("unreadable-image", path, None, str(e), path)
                     continue

@@ -310,8 +310,8 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
 
 
 def _our_letterbox(image, net) -> np.ndarray:
-    from ..vision.image import letterbox_image, load_image_color
-    one = letterbox_image(load_image_color(image), net.w, net.h).reshape(-1)
+    from ..vision.image import letterbox_image, load_image
+    one = letterbox_image(load_image(image, c=net.c), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)
 
 

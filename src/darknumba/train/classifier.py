@@ -26,7 +26,7 @@ from ..cfg import read_cfg
 from ..data.datasets import get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
 from ..vision.augment import random_distort_image
-from ..vision.image import letterbox_image, load_image_color, resize_image
+from ..vision.image import letterbox_image, load_image, resize_image
 from ..weights import save_weights
 from .detector import StopFlag, train_iteration, training_network
 
@@ -198,8 +198,8 @@ class ClassifierTrainOptions:
 class _BatchLoader:
     """Augmented batches on a thread pool, one batch ahead."""
 
-    def __init__(self, paths, idx, classes, size, aug, batch, seed, workers):
-        self.paths, self.idx, self.classes = paths, idx, classes
+    def __init__(self, paths, idx, classes, size, aug, batch, seed, workers, channels=3):
+        self.paths, self.idx, self.classes, self.channels = paths, idx, classes, channels
         self.size, self.aug, self.batch = size, aug, batch
         self.rng = np.random.default_rng(seed)
         self.pool = ThreadPoolExecutor(max(1, workers))
@@ -210,10 +210,11 @@ class _BatchLoader:
         return [(self.paths[i], int(self.idx[i]), int(self.rng.integers(2 ** 31))) for i in pick]
 
     def _load(self, items):
-        X = np.empty((len(items), 3, self.size, self.size), np.float32)
+        X = np.empty((len(items), self.channels, self.size, self.size), np.float32)
         T = np.zeros((len(items), self.classes), np.float32)
         for k, (p, c, s) in enumerate(items):
-            X[k] = augment_image(np.random.default_rng(s), load_image_color(p), self.size, self.aug)
+            X[k] = augment_image(np.random.default_rng(s), load_image(p, c=self.channels),
+                                 self.size, self.aug)
             T[k, c] = 1
         return X, T
 
@@ -258,7 +259,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
         log(f"Saving weights to {path}")
 
     loader = _BatchLoader(paths, idx, dc.classes, net.w, aug, imgs,
-                          [opts.seed, net.current_batch()], opts.workers)
+                          [opts.seed, net.current_batch()], opts.workers, net.c)
     epoch = net.seen // N
     avg_loss, loss, interrupted = -1.0, math.nan, False
     try:
@@ -306,9 +307,9 @@ def validate(net, paths, idx, topk: int, batch: int = 1, log=None):
     hit1 = hitk = 0
     for start in range(0, len(paths), batch):
         chunk = paths[start:start + batch]
-        X = np.zeros((net.batch, 3, net.h, net.w), np.float32)
+        X = np.zeros((net.batch, net.c, net.h, net.w), np.float32)
         for k, p in enumerate(chunk):
-            X[k] = valid_input(load_image_color(p), net.w, net.h)
+            X[k] = valid_input(load_image(p, c=net.c), net.w, net.h)
         out = np.asarray(net.predict(X)).reshape(net.batch, -1)
         for k in range(len(chunk)):
             best = top_k(out[k, :net.outputs], topk)

@@ -310,7 +310,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     i = start
     interrupted = False
     loader = DetectionLoader(ds, imgs, aug, scales, seed=opts.seed, start=start,
-                             workers=opts.workers)
+                             workers=opts.workers, channels=net.c)
     try:
         with StopFlag() as stop:
             while net.current_batch() < net.max_batches:

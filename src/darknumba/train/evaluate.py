@@ -180,10 +180,10 @@ def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
     batches of net.batch: yields (index, path, (w, h), boxes (k,4) relative, probs (k,C),
     objectness (k,))."""
     from ..vision.box import detect
-    from ..vision.image import load_image_color
+    from ..vision.image import load_image
     for start in range(0, len(paths), net.batch):
         chunk = paths[start:start + net.batch]
-        ims = [load_image_color(p) for p in chunk]
+        ims = [load_image(p, c=net.c) for p in chunk]
         for j, (p, im, d) in enumerate(zip(chunk, ims, detect(net, ims, thresh, 0.5, nms))):
             if progress:
                 progress(1)
