@@ -147,3 +147,83 @@ def test_grey_network_on_colour_photos_detects_and_trains(world, capsys, tmp_pat
     code, out, err = call(capsys, "detector", "map", world["data"], cfg,
                           tmp_path / "b" / "c1_final.weights")
     assert code == 0, err
+
+
+def _dataset_copy(world, tmp_path, **replace):
+    """A .data file for the world's dataset with some entries replaced (None: dropped)."""
+    ds = world["root"] / "ds"
+    entries = {"classes": "3", "train": str(ds / "train.txt"), "valid": str(ds / "valid.txt"),
+               "names": str(ds / "shapes.names"), "backup": str(tmp_path / "backup")}
+    entries.update(replace)
+    p = tmp_path / "x.data"
+    p.write_text("".join(f"{k} = {v}\n" for k, v in entries.items() if v is not None))
+    return p
+
+
+def test_data_check_fails_where_training_would(world, capsys, tmp_path):
+    code, out, err = call(capsys, "data", "check", _dataset_copy(world, tmp_path))
+    assert code == 0 and "train: 9 usable images" in out, err
+    code, _, err = call(capsys, "data", "check", _dataset_copy(world, tmp_path, train=None))
+    assert code == 1 and err.startswith("darknumba: error: ") and "no `train` list" in err
+    empty = tmp_path / "empty.txt"
+    empty.write_text("\n\n")
+    code, out, err = call(capsys, "data", "check", _dataset_copy(world, tmp_path, train=empty))
+    assert code == 1 and "the train list names no images" in err and "1 empty-list" in out
+    for names in ("a\nb\n", "a\nb\nc\nd\n"):
+        (tmp_path / "n.names").write_text(names)
+        code, out, err = call(capsys, "data", "check",
+                              _dataset_copy(world, tmp_path, names=tmp_path / "n.names"))
+        assert code == 1 and f"{names.count(chr(10))} names for classes=3" in err
+        assert "1 names-count" in out
+    code, _, err = call(capsys, "data", "check", _dataset_copy(world, tmp_path, classes="３"))
+    assert code == 1 and "is not an integer" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("which", ["data", "train", "names"])
+def test_text_files_that_are_not_utf8_name_the_file_and_offset(world, capsys, tmp_path, which):
+    bad = tmp_path / f"bad.{which}"
+    if which == "data":
+        data = bad
+        bad.write_bytes(b"classes = 3\ntrain = caf\xe9.txt\n")
+    else:
+        bad.write_bytes(b"first line\n\xff\xfe\n")
+        data = _dataset_copy(world, tmp_path, **{which: bad})
+    offset, line = (23, 2) if which == "data" else (11, 2)
+    for args in (["data", "check", data], ["detector", "train", data, world["nets"][3][0]]):
+        code, _, err = call(capsys, *args)
+        if which == "names" and args[0] == "detector":
+            continue                             # training does not read the names
+        assert code == 1 and err.count("\n") == 1, err
+        assert f"{bad}: " in err and "is not UTF-8 text" in err
+        assert f"offset {offset} (line {line})" in err
+
+
+def test_detect_names_and_image_lists_that_are_not_utf8(world, capsys, tmp_path):
+    cfg, w = world["nets"][3]
+    (tmp_path / "n.names").write_bytes(b"a\nb\n\xc3\n")
+    code, _, err = call(capsys, "detect", cfg, w, "--names", tmp_path / "n.names",
+                        world["root"] / "ds" / "images" / "train" / "00000.jpg")
+    assert code == 1 and "n.names: names file is not UTF-8 text: byte 0xc3 at offset 4" in err
+    (tmp_path / "l.txt").write_bytes(b"\x80x.jpg\n")
+    code, _, err = call(capsys, "detect", cfg, w, tmp_path / "l.txt")
+    assert code == 1 and "l.txt: image list is not UTF-8 text" in err
+
+
+@pytest.mark.parametrize("text, message", [
+    ("", "has no classes"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text"),
+    ("animal -1\ndog 0\ncat zero\n", ":3: expected `name parent`"),
+    ("animal -1\ndog 5\n", ":2: class 1 (dog) has parent 5"),
+    ("animal 0\n", ":1: class 0 (animal) has parent 0"),
+])
+def test_class_tree_that_is_not_a_tree(capsys, tmp_path, text, message):
+    tree = tmp_path / "bad.tree"
+    tree.write_bytes(text if isinstance(text, bytes) else text.encode())
+    for section in ("[softmax]\ngroups=1\ntree={}\n",
+                    "[region]\nclasses=2\nnum=1\ncoords=4\ntree={}\n"):
+        cfg = tmp_path / "t.cfg"
+        n = 4 + 1 + 2 if "region" in section else 2
+        cfg.write_text(f"[net]\nwidth=1\nheight=1\nchannels={n}\n[convolutional]\nfilters={n}\n"
+                       f"size=1\nstride=1\npad=0\n" + section.format(tree))
+        code, _, err = call(capsys, "summary", cfg)
+        assert code == 1 and err.count("\n") == 1 and f"{tree}" in err and message in err, err

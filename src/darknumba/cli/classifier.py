@@ -48,7 +48,7 @@ def train(data: DataArg, cfg: CfgArg,
 def predict(data: DataArg, cfg: CfgArg,
             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
             images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
-            top: Annotated[Optional[int], typer.Option(help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
+            top: Annotated[Optional[int], typer.Option(min=1, help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
     from ..parser import load_network
     from ..train.classifier import ClassifierData, predict_image
@@ -68,7 +68,7 @@ def predict(data: DataArg, cfg: CfgArg,
 @classifier_app.command()
 def valid(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
-          top: Annotated[Optional[int], typer.Option(help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
+          top: Annotated[Optional[int], typer.Option(min=1, help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
           batch: Annotated[int, typer.Option(help="images per forward pass")] = 16,
           verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""

@@ -18,6 +18,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
+from ..textfile import read_text
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
               ".pgm", ".pnm", ".tga"}
@@ -77,11 +78,8 @@ def sample_image() -> Path:
 
 def get_labels(path) -> list[str]:
     """get_labels: one name per line."""
-    p = Path(path)
-    try:
-        return [line.strip() for line in p.read_text().splitlines() if line.strip()]
-    except OSError as e:
-        raise DataError(f"cannot read names file {p}: {e.strerror or e}") from None
+    from ..data.datasets import read_list
+    return read_list(path, what="names file")
 
 
 def class_names(names: Optional[Path], cfg: Path, classes: int) -> list[str]:
@@ -119,7 +117,7 @@ def expand_images(args: list[str]) -> list[Path]:
                 raise DataError(f"no images found in folder {p}")
             out += found
         elif p.is_file() and p.suffix.lower() in LIST_EXTS:
-            lines = [s.strip() for s in p.read_text().splitlines()]
+            lines = [s.strip() for s in read_text(p, "image list", DataError).splitlines()]
             found = [Path(s) for s in lines if s and not s.startswith("#")]
             if not found:
                 raise DataError(f"list file {p} names no images")

@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
+from ..textfile import read_text
 from .detect import expand_images, get_labels, load_detector, run_detection
 
 
@@ -16,10 +17,7 @@ def names_from_data(datacfg: Path) -> list[str]:
     """The class names of a Darknet .data file: its `names` (else `labels`) entry, default
     data/names.list as in test_detector; a relative path is tried from the working directory
     (Darknet's rule), then from the folder above the .data file's, then from its own folder."""
-    try:
-        lines = Path(datacfg).read_text().splitlines()
-    except OSError as e:
-        raise DataError(f"cannot read .data file {datacfg}: {e.strerror or e}") from None
+    lines = read_text(datacfg, ".data file", DataError).splitlines()
     opts = {}
     for line in lines:
         s = line.strip()

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cfg import read_cfg
-from ..data.datasets import get_paths, read_data_cfg, read_list
+from ..data.datasets import data_int, get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
 from ..vision.augment import random_distort_image
 from ..vision.image import letterbox_image, load_image, resize_image
@@ -56,10 +56,9 @@ class ClassifierData:
         labels = labels[:dc.classes]
         names = read_list(dc.resolve(dc.names), what="names file")[:dc.classes] if dc.names \
             else labels
-        try:
-            top = int(dc.options.get("top", 1))
-        except ValueError:
-            raise DataError(f"{path}: top = {dc.options['top']!r} is not an integer") from None
+        top = data_int(path, "top", dc.options.get("top", "1"))
+        if top < 1:
+            raise DataError(f"{path}: top = {top}: expected a positive integer")
         return cls(os.fspath(path), dc.classes, labels, names, dc.resolve(dc.train),
                    dc.resolve(dc.valid), dc.resolve(dc.backup), top)
 
