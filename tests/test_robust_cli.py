@@ -227,3 +227,39 @@ def test_class_tree_that_is_not_a_tree(capsys, tmp_path, text, message):
                        f"size=1\nstride=1\npad=0\n" + section.format(tree))
         code, _, err = call(capsys, "summary", cfg)
         assert code == 1 and err.count("\n") == 1 and f"{tree}" in err and message in err, err
+
+
+def test_bad_data_stop_fails_on_a_bad_image_in_a_prefetched_batch(world, capsys, tmp_path):
+    """One training iteration; the loader prepares batch 1 ahead and meets a truncated image
+    there: with --bad-data stop the run saves its weights and still exits 1 naming the image."""
+    from darknumba.data.datasets import DataIssues, DetectionDataset, get_paths
+    from darknumba.data.loader import DetectionLoader, MultiScale
+    from darknumba.vision.augment import AugmentConfig
+    ds_dir = world["root"] / "ds"
+    bad = ds_dir / "images" / "train" / "bad.jpg"
+    good = (ds_dir / "images" / "train" / "00000.jpg").read_bytes()
+    bad.write_bytes(good[:len(good) // 4])
+    (ds_dir / "labels" / "train" / "bad.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    train = tmp_path / "train.txt"
+    train.write_text((ds_dir / "train.txt").read_text() + f"{bad}\n")
+    cfg = world["nets"][3][0]
+    net = dn.load_network(cfg)
+
+    def bad_in(seed, k):
+        issues = DataIssues("skip", log=lambda m: None)
+        ds = DetectionDataset(get_paths(train), 3, issues)
+        loader = DetectionLoader(ds, 4, AugmentConfig.from_network(net),
+                                 MultiScale(32, 32, False, seed, 2), seed=seed)
+        loader.load_batch(k)
+        loader.close()
+        return bool(issues.issues)
+    seed = next(s for s in range(100) if not bad_in(s, 0) and bad_in(s, 1))
+    data = _dataset_copy(world, tmp_path, train=train)
+    args = ["detector", "train", data, cfg, "--max-batches", "1", "--seed", seed, "--workers",
+            "1", "--no-progress", "--no-chart", "--backup", tmp_path / "b"]
+    code, _, err = call(capsys, *args, "--bad-data", "stop")
+    assert code == 1 and err.rstrip().splitlines()[-1].startswith(
+        f"darknumba: error: {bad}: cannot read image {bad}"), err
+    assert "bad-data policy is `stop`" in err and (tmp_path / "b" / "c3_final.weights").exists()
+    code, _, err = call(capsys, *args, "--bad-data", "skip")
+    assert code == 0, err

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
 from ..data.loader import DetectionLoader, MultiScale
-from ..errors import DarknumbaError, WeightsError
+from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import load_network, parse_network_cfg
 from ..vision.augment import AugmentConfig
 from ..weights import atomic_write, read_header, save_weights
@@ -370,5 +370,8 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         save(os.path.join(backup_dir, f"{base}_final.weights"))
     if issues.issues:
         log(issues.summary(), file=sys.stderr)
+        if opts.bad_data == "stop":     # found by a loader thread in a batch never trained on
+            raise DataError(f"{issues.issues[0]} (bad-data policy is `stop`; found while "
+                            f"preparing a batch ahead; {written[-1]} is saved)")
     return {"iterations": i - start, "loss": loss, "avg_loss": avg_loss, "written": written,
             "interrupted": interrupted, "issues": issues, "final_iteration": i}
