@@ -263,3 +263,90 @@ def test_bad_data_stop_fails_on_a_bad_image_in_a_prefetched_batch(world, capsys,
     assert "bad-data policy is `stop`" in err and (tmp_path / "b" / "c3_final.weights").exists()
     code, _, err = call(capsys, *args, "--bad-data", "skip")
     assert code == 0, err
+
+
+def test_valid_keeps_class_files_inside_the_output_folder(world, capsys, tmp_path):
+    cfg, w = world["nets"][3]
+    names = tmp_path / "evil.names"
+    names.write_text("../../evil\nsub/dir\n..\n")
+    data = _dataset_copy(world, tmp_path, names=names)
+    out = tmp_path / "deep" / "res"
+    code, _, err = call(capsys, "detector", "valid", data, cfg, w, "--out", out, "--prefix", "")
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["_.._evil.txt", "class_2.txt", "sub_dir.txt"]
+    assert sorted(p.name for p in (tmp_path / "deep").iterdir()) == ["res"]
+    assert not (tmp_path / "evil.txt").exists()
+    code, _, err = call(capsys, "detector", "valid", data, cfg, w, "--prefix", "../x_")
+    assert code == 2 and "--prefix" in err
+
+
+def test_training_removes_only_stale_temporaries_of_its_own(world, capsys, tmp_path):
+    import os
+    import time
+    backup = tmp_path / "b"
+    backup.mkdir()
+    old, now = time.time() - 3600, time.time() + 3600
+    files = {".tmp-abc_1234.weights": old, ".tmp-ABCDEFGH.weights": old, "keep.tmp": old,
+             ".tmp-zzzzzzzz.weights": now, ".tmp-short.weights": old}
+    for name, t in files.items():
+        (backup / name).write_bytes(b"partial")
+        os.utime(backup / name, (t, t))
+    code, _, err = call(capsys, "detector", "train", world["data"], world["nets"][3][0],
+                        "--max-batches", "1", "--no-progress", "--no-chart", "--backup", backup)
+    assert code == 0, err
+    assert "removed 1 unfinished checkpoint file(s)" in err
+    assert not (backup / ".tmp-abc_1234.weights").exists()
+    for name in (".tmp-ABCDEFGH.weights", "keep.tmp", ".tmp-zzzzzzzz.weights", ".tmp-short.weights"):
+        assert (backup / name).exists(), name
+
+
+def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(world, capsys, tmp_path,
+                                                                          monkeypatch):
+    import errno
+    import os
+
+    import darknumba.weights
+    real_fdopen, writes = os.fdopen, []
+
+    class FullDisk:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, data):
+            writes.append(len(data))
+            if len(writes) >= 2:                # the second checkpoint finds the disk full
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.f.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.f, name)
+    monkeypatch.setattr(darknumba.weights.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    backup = tmp_path / "b"
+    code, _, err = call(capsys, "detector", "train", world["data"], world["nets"][3][0],
+                        "--max-batches", "3", "--backup-every", "1", "--checkpoint-every", "1000",
+                        "--no-progress", "--no-chart", "--backup", backup)
+    monkeypatch.undo()
+    assert code == 1 and err.count("\n") == 1, err
+    assert err == (f"darknumba: error: cannot write checkpoint {backup / 'c3.backup'}: the disk is "
+                   f"full; existing files are unchanged (last checkpoint of this run: "
+                   f"{backup / 'c3.backup'})\n")
+    assert sorted(os.listdir(backup)) == ["c3.backup"]                     # no temporary left
+    assert dn.load_network(world["nets"][3][0], backup / "c3.backup").seen == 4   # iteration 1
+
+
+def test_temporary_name_pattern_matches_atomic_write(tmp_path):
+    import os
+    import tempfile
+
+    from darknumba.train.checkpoint import TEMP_NAME
+    from darknumba.weights import TEMP_PREFIX, TEMP_SUFFIX
+    for _ in range(20):
+        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_path)
+        os.close(fd)
+        assert TEMP_NAME.fullmatch(name.rsplit("/", 1)[1]), name

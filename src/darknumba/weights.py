@@ -98,12 +98,15 @@ def weights_bytes(net, cutoff: int | None = None) -> bytes:
     return b"".join(parts)
 
 
+TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".weights"     # atomic_write's temporary files
+
+
 def atomic_write(path, data: bytes):
     """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".weights", dir=d)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -147,6 +148,9 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
     from ..data.datasets import get_paths, read_data_cfg
     from ..train.evaluate import detect_list
+    if any(sep in prefix for sep in ("/", "\\", "\0")) or prefix.startswith("."):
+        raise typer.BadParameter(f"--prefix {prefix!r}: a file-name prefix, without a folder "
+                                 f"(use --out for the folder) or a leading dot")
     dc = read_data_cfg(data)
     names = dc.class_names()
     paths = get_paths(dc.resolve(dc.valid))
@@ -155,8 +159,9 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     coco = dc.eval == "coco"
     results = []
     with contextlib.ExitStack() as stack:
-        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{names[c]}.txt", "w"))
-                                 for c in range(dc.classes)}
+        files = {} if coco else {
+            c: stack.enter_context(open(out / f"{prefix}{stem}.txt", "w"))
+            for c, stem in enumerate(class_file_stems(names[:dc.classes]))}
         bar = stack.enter_context(_bar(len(paths), "valid"))
         for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, bar.update):
             stem = os.path.splitext(os.path.basename(p))[0]
@@ -179,6 +184,17 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
         typer.echo(f"wrote {len(results)} detections to {out / 'coco_results.json'}")
     else:
         typer.echo(f"wrote {dc.classes} result files to {out}/{prefix}<class>.txt")
+
+
+def class_file_stems(names: list[str]) -> list[str]:
+    """validate_detector's per-class file names (`<prefix><name>.txt`) made safe: a name is one
+    file name inside the output folder (no '/', '\\', NUL or other control characters, no
+    leading dots, so no '..'), at most 100 characters; names that end up equal (or empty)
+    get their class index appended."""
+    stems = [re.sub(r"[/\\\x00-\x1f\x7f]", "_", name).lstrip(".")[:100] for name in names]
+    counts = {s: stems.count(s) for s in stems}
+    return [s if s and counts[s] == 1 else f"{s}_{c}" if s else f"class_{c}"
+            for c, s in enumerate(stems)]
 
 
 def _coco_image_id(path: str) -> int:

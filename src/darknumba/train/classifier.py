@@ -27,7 +27,7 @@ from ..data.datasets import data_int, get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
 from ..vision.augment import random_distort_image
 from ..vision.image import letterbox_image, load_image, resize_image
-from ..weights import save_weights
+from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, train_iteration, training_network
 
 
@@ -244,6 +244,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     base = os.path.splitext(os.path.basename(cfgfile))[0]
     backup = opts.backup or dc.backup or "backup/"
     os.makedirs(backup, exist_ok=True)
+    remove_stale_temps(backup, log=lambda m: log(m, file=sys.stderr))
     imgs = net.batch * net.subdivisions
     aug = ClassifierAugment.from_network(net, cfgfile)
     N = len(paths)
@@ -253,7 +254,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     written = []
 
     def save(path):
-        save_weights(net, path)
+        save_checkpoint(net, path, written[-1] if written else None)
         written.append(path)
         log(f"Saving weights to {path}")
 

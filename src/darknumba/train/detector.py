@@ -21,6 +21,7 @@ from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import load_network, parse_network_cfg
 from ..vision.augment import AugmentConfig
 from ..weights import atomic_write, read_header, save_weights
+from .checkpoint import remove_stale_temps, save_checkpoint
 
 
 class TrainingStopped(DarknumbaError):
@@ -262,6 +263,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     base = os.path.splitext(os.path.basename(cfgfile))[0]
     backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
     os.makedirs(backup_dir, exist_ok=True)
+    remove_stale_temps(backup_dir, log=lambda m: log(m, file=sys.stderr))
 
     net = training_network(cfgfile, opts, log)
     last = net.layers[-1]
@@ -296,7 +298,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     written: list[str] = []
 
     def save(path):
-        save_weights(net, path)
+        save_checkpoint(net, path, written[-1] if written else None)
         written.append(path)
         log(f"Saving weights to {path}")
 

@@ -20,7 +20,8 @@ import numpy as np
 
 
 def box_iou(a, b) -> np.ndarray:
-    """IoU of centre-based boxes: a (n,4) vs b (m,4) -> (n,m)."""
+    """IoU of centre-based boxes: a (n,4) vs b (m,4) -> (n,m); 0 where the union is empty or
+    not a number (zero-area or non-finite boxes)."""
     a = np.asarray(a, np.float64).reshape(-1, 4)
     b = np.asarray(b, np.float64).reshape(-1, 4)
     al, ar = a[:, 0] - a[:, 2] / 2, a[:, 0] + a[:, 2] / 2
@@ -29,9 +30,10 @@ def box_iou(a, b) -> np.ndarray:
     bt, bb = b[:, 1] - b[:, 3] / 2, b[:, 1] + b[:, 3] / 2
     iw = np.clip(np.minimum(ar[:, None], br[None]) - np.maximum(al[:, None], bl[None]), 0, None)
     ih = np.clip(np.minimum(ab[:, None], bb[None]) - np.maximum(at[:, None], bt[None]), 0, None)
-    inter = iw * ih
-    union = (a[:, 2] * a[:, 3])[:, None] + (b[:, 2] * b[:, 3])[None] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):      # inf/NaN boxes of a diverged net
+        inter = iw * ih
+        union = (a[:, 2] * a[:, 3])[:, None] + (b[:, 2] * b[:, 3])[None] - inter
+        return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
 def voc_ap(recall, precision) -> float:
