@@ -69,6 +69,13 @@ def os_error_message(e: OSError) -> str:
     return ": ".join(names + [reason])
 
 
+def fail(message: str):
+    """End a command that found problems and reported them in full (data check, compare) the
+    contract's way: a last line `darknumba: error: ...` and exit status 1."""
+    print(f"darknumba: error: {_one_line(message)}", file=sys.stderr)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
 def _where(e: BaseException) -> str:
     tb = traceback.extract_tb(e.__traceback__)
     if not tb:

@@ -21,11 +21,11 @@ def train(data: DataArg, cfg: CfgArg,
           weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
                                                             help="starting weights (full or partial)")] = None,
           clear: Annotated[bool, typer.Option(help="reset the seen-images count (fine-tuning)")] = False,
-          max_batches: Annotated[Optional[int], typer.Option(help="override [net] max_batches")] = None,
+          max_batches: Annotated[Optional[int], typer.Option(min=0, help="override [net] max_batches")] = None,
           backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
-          seed: Annotated[int, typer.Option(help="random seed (initial weights, batches, augmentation)")] = 0,
-          workers: Annotated[int, typer.Option(help="image loading threads")] = 2,
-          log_every: Annotated[int, typer.Option(help="print a line every N iterations")] = 1,
+          seed: Annotated[int, typer.Option(min=0, help="random seed (initial weights, batches, augmentation)")] = 0,
+          workers: Annotated[int, typer.Option(min=1, help="image loading threads")] = 2,
+          log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1,
           compat: Annotated[Optional[str], typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
@@ -69,7 +69,7 @@ def predict(data: DataArg, cfg: CfgArg,
 def valid(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
           top: Annotated[Optional[int], typer.Option(min=1, help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
-          batch: Annotated[int, typer.Option(help="images per forward pass")] = 16,
+          batch: Annotated[int, typer.Option(min=1, help="images per forward pass")] = 16,
           verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""
     from ..errors import DataError
@@ -90,7 +90,7 @@ def valid(data: DataArg, cfg: CfgArg,
 def example(out: Annotated[Path, typer.Argument(help="output folder")],
             n: Annotated[int, typer.Option("--n", help="number of images")] = 3000,
             valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
-            seed: Annotated[int, typer.Option(help="random seed")] = 0):
+            seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0):
     """Write a synthetic 5-class set (32x32 shapes) with its lists, labels and .data file;
     train it with cfg/shapes5-classifier.cfg."""
     from ..data.classifier_example import make_example

@@ -24,7 +24,7 @@ def compare(
         help="compare with tensors recorded in an .npz (golden layout, holds its own input)")] = None,
     random_input: Annotated[bool, typer.Option(
         "--random-input", help="seeded uniform [0, 1) input instead of IMAGE")] = False,
-    seed: Annotated[int, typer.Option(help="seed for --random-input")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="seed for --random-input")] = 0,
     train: Annotated[bool, typer.Option(
         "--train", help="one train_network_datum step: deltas, gradients, updated weights")] = False,
     truth: Annotated[Optional[Path], typer.Option(
@@ -71,7 +71,8 @@ def compare(
         log(f"tensors saved to {dump}/darknumba.npz and {dump}/darknet.npz")
     typer.echo(report.to_json() if as_json else report.table())
     if not report.passed:
-        raise typer.Exit(1)
+        from . import fail
+        fail(f"compare: {report.table().splitlines()[-1]}")
 
 
 def register(app: typer.Typer):

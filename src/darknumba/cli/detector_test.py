@@ -41,8 +41,16 @@ def _darknet_flags(extra: list[str]) -> dict:
             flags[key] = extra[i + 1]
             i += 2
         else:
-            raise DataError(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X -out NAME)")
+            raise typer.BadParameter(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X "
+                                     f"-out NAME)")
     return flags
+
+
+def _number(flags: dict, key: str, default: float) -> float:
+    try:
+        return float(flags.get(key, default))
+    except ValueError:
+        raise typer.BadParameter(f"-{key} takes a number, not {flags[key]!r}") from None
 
 
 def detector_test(
@@ -62,9 +70,8 @@ def detector_test(
 ):
     """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`."""
     flags = _darknet_flags(ctx.args)
-    thresh = float(flags.get("thresh", thresh))
-    hier = float(flags.get("hier", hier))
-    nms = float(flags.get("nms", nms))
+    thresh, hier, nms = (_number(flags, k, v) for k, v in
+                         (("thresh", thresh), ("hier", hier), ("nms", nms)))
     target = Path(flags.get("out", out))
     if not target.suffix:
         target = target.with_name(target.name + ".png")

@@ -43,13 +43,15 @@ class DataConfig:
         return alt if os.path.exists(alt) else p
 
     def class_names(self) -> list[str]:
+        """The first `classes` names of the names file (Darknet reads no further), or the class
+        numbers when there is none."""
         if not self.names:
             return [str(i) for i in range(self.classes)]
         names = read_list(self.resolve(self.names), what="names file")
         if self.classes and len(names) < self.classes:
             raise DataError(f"{self.names}: {len(names)} names for classes={self.classes} "
                             f"(in {self.path})")
-        return names
+        return names[:self.classes]
 
 
 def read_data_cfg(path) -> DataConfig:
