@@ -2,6 +2,7 @@
 or is a one-line error (exit status 1) naming the file; nothing writes outside its folder."""
 import numpy as np
 import pytest
+from conftest import ROOT
 from PIL import Image
 
 import darknumba as dn
@@ -350,3 +351,31 @@ def test_temporary_name_pattern_matches_atomic_write(tmp_path):
         fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_path)
         os.close(fd)
         assert TEMP_NAME.fullmatch(name.rsplit("/", 1)[1]), name
+
+
+def test_rand_uniform_swaps_bounds_as_darknet_and_draws_as_numpy():
+    from darknumba.vision.augment import rand_uniform
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    assert [rand_uniform(a, -2.0, 3.0) for _ in range(5)] == [b.uniform(-2.0, 3.0) for _ in range(5)]
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    assert rand_uniform(a, 0.2, -0.2) == b.uniform(-0.2, 0.2)          # a negative jitter
+
+
+def test_classifier_crops_smaller_than_the_network_and_nan_thresholds(world, capsys, tmp_path):
+    """max_crop below the network width makes the random shift range negative: Darknet's
+    rand_uniform swaps the bounds; a NaN threshold is a usage error."""
+    from darknumba.data.classifier_example import make_example
+    data = make_example(tmp_path / "cls", n=8, valid=0.25, seed=0)
+    cfg = tmp_path / "c.cfg"
+    cfg.write_text((ROOT / "cfg" / "shapes5-classifier.cfg").read_text()
+                   .replace("width=32", "width=48").replace("height=32", "height=48")
+                   .replace("batch=64", "batch=4"))
+    code, _, err = call(capsys, "classifier", "train", data, cfg, "--max-batches", "1",
+                        "--workers", "1", "--backup", tmp_path / "b")
+    assert code == 0, err
+    det_cfg, w = world["nets"][3]
+    for args in (["detect", det_cfg, w, "--thresh", "nan"],
+                 ["detector", "recall", world["data"], det_cfg, w, "--thresh", "nan"],
+                 ["detector", "test", world["data"], det_cfg, w, "x.jpg", "-thresh", "nan"]):
+        code, _, err = call(capsys, *args)
+        assert code == 2 and "NaN is not a threshold" in err, (args, err)

@@ -54,18 +54,20 @@ class Case:
             h.update(k.encode() + b"\0" + self.files[k])
         return f"{self.family}-{h.hexdigest()[:10]}"
 
-    def write(self, folder: Path):
+    def write(self, folder: Path, fix: Path | None = None):
+        """The case's files (with "{FIX}" in them replaced when `fix` is given), and its named
+        pipes when it is about to run."""
         folder.mkdir(parents=True, exist_ok=True)
         for rel, data in self.files.items():
             p = folder / rel
             p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_bytes(data)
-        for rel in self.fifos:
+            p.write_bytes(data.replace(b"{FIX}", os.fsencode(fix)) if fix else data)
+        for rel in self.fifos if fix else ():
             (folder / rel).parent.mkdir(parents=True, exist_ok=True)
             os.mkfifo(folder / rel)
 
     def save(self, folder: Path):
-        """As a corpus entry: its files and case.json."""
+        """As a corpus entry: its files (named pipes are made when it runs) and case.json."""
         self.write(folder)
         meta = {"family": self.family, "note": self.note, "steps": self.steps,
                 "fifos": list(self.fifos), "timeout": self.timeout}
@@ -148,7 +150,7 @@ def _driver(cases: list[Case], work: Path, fix: Path, tag: str):
         d = work / "cases" / c.id
         if d.exists():
             shutil.rmtree(d)
-        c.write(d)
+        c.write(d, fix)
         steps = [[a.replace("{FIX}", str(fix)) for a in s] for s in c.steps]
         jobs.append({"id": c.id, "dir": str(d), "steps": steps, "timeout": c.timeout})
     base = work / tag
@@ -200,7 +202,7 @@ def _death(records, rc: int, faults: str, fallback: str) -> tuple[str, dict]:
 
 
 def _lane(cases: list[Case], work: Path, fix: Path, lane: int, results: dict, log):
-    """Run `cases` in drivers, one after another. When a driver dies, the case it died in is
+    """Run `cases` in drivers, one after another. When a driver crashes, the case it died in is
     run again alone; if it passes alone, memory damaged by an earlier case of that driver is
     the likely cause, and the earlier cases (latest first, up to 4) are run alone until one
     dies. The rest of the cases go to a fresh driver."""
@@ -216,7 +218,10 @@ def _lane(cases: list[Case], work: Path, fix: Path, lane: int, results: dict, lo
         ran = [c for c in todo if any(r["id"] == c.id for r in records)] or todo[:1]
         by_id = {c.id: c for c in todo}
         suspects = [by_id[died]] + [c for c in reversed(ran) if c.id != died][:4]
-        blamed = None
+        if step["verdict"] == "hang":         # a hang is the running step's own
+            results.setdefault(died, []).append(step)
+            suspects = []
+        blamed = died if not suspects else None
         for k, c in enumerate(suspects):
             again, rc2, faults2 = _driver([c], work, fix, f"lane{lane}-{attempt}-alone{k}")
             results[c.id] = _steps(again).get(c.id, [])

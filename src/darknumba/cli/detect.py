@@ -19,6 +19,7 @@ import typer
 
 from ..errors import DataError
 from ..textfile import read_text
+from .options import not_nan
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
               ".pgm", ".pnm", ".tga"}
@@ -273,6 +274,15 @@ def _json_record(path: Path, w: int, h: int, results: list[dict]) -> dict:
             "detections": [{k: d[k] for k in keys} for d in results]}
 
 
+def _user_file(arg: str, what: str) -> Path:
+    p = Path(arg)
+    if not p.exists():
+        raise DataError(f"{what} not found: {p}")
+    if not p.is_file():
+        raise DataError(f"{what} {p} is {'a directory' if p.is_dir() else 'not a regular file'}")
+    return p
+
+
 def detect(
     cfg: Annotated[Optional[str], typer.Argument(
         help="Darknet .cfg (default cfg/yolov3-tiny.cfg); if it is not a .cfg, every "
@@ -284,11 +294,14 @@ def detect(
         help="images, folders, globs, or .txt lists of paths (default: a sample photo)",
         show_default=False)] = None,
     thresh: Annotated[float, typer.Option(
+        callback=not_nan,
         help="print boxes whose class probability is > this")] = 0.5,
-    nms: Annotated[float, typer.Option(help="IoU above which a less probable box of the same "
-                                            "class is suppressed (0: no NMS)")] = 0.45,
-    hier: Annotated[float, typer.Option(help="hierarchical threshold (only region layers with a "
-                                             "class tree use it; none on yolo outputs)")] = 0.5,
+    nms: Annotated[float, typer.Option(
+        callback=not_nan, help="IoU above which a less probable box of the same class is "
+                               "suppressed (0: no NMS)")] = 0.45,
+    hier: Annotated[float, typer.Option(
+        callback=not_nan, help="hierarchical threshold (only region layers with a class tree "
+                               "use it; none on yolo outputs)")] = 0.5,
     out: Annotated[Optional[Path], typer.Option(
         help="one image: the PNG to draw (default predictions.png); several: a folder for "
              "one PNG each (default: none drawn)", show_default=False)] = None,
@@ -308,14 +321,10 @@ def detect(
     args = [a for a in (cfg, str(weights) if weights is not None else None) if a is not None]
     args += list(images or [])
     if args and Path(args[0]).suffix.lower() == ".cfg":
-        cfg_path = Path(args[0])
-        if not cfg_path.is_file():
-            raise DataError(f"cfg not found: {cfg_path}")
+        cfg_path = _user_file(args[0], "cfg")
         if len(args) < 2:
             raise DataError(f"detect {cfg_path} needs WEIGHTS after the cfg")
-        weights_path = Path(args[1])
-        if not weights_path.is_file():
-            raise DataError(f"weights not found: {weights_path}")
+        weights_path = _user_file(args[1], "weights")
         image_args = args[2:]
     else:
         cfg_path = default_cfg()

@@ -11,6 +11,7 @@ import typer
 from ..errors import DataError
 from ..textfile import read_text
 from .detect import expand_images, get_labels, load_detector, run_detection
+from .options import not_nan
 
 
 def names_from_data(datacfg: Path) -> list[str]:
@@ -48,9 +49,10 @@ def _darknet_flags(extra: list[str]) -> dict:
 
 def _number(flags: dict, key: str, default: float) -> float:
     try:
-        return float(flags.get(key, default))
+        value = float(flags.get(key, default))
     except ValueError:
         raise typer.BadParameter(f"-{key} takes a number, not {flags[key]!r}") from None
+    return not_nan(value)
 
 
 def detector_test(
@@ -62,9 +64,9 @@ def detector_test(
     image: Annotated[Optional[str], typer.Argument(
         help="the image (none: ask for paths on stdin, as Darknet does)",
         show_default=False)] = None,
-    thresh: Annotated[float, typer.Option(help="class probability threshold (or -thresh)")] = 0.5,
-    hier: Annotated[float, typer.Option(help="hierarchical threshold (or -hier)")] = 0.5,
-    nms: Annotated[float, typer.Option(help="NMS IoU threshold")] = 0.45,
+    thresh: Annotated[float, typer.Option(callback=not_nan, help="class probability threshold (or -thresh)")] = 0.5,
+    hier: Annotated[float, typer.Option(callback=not_nan, help="hierarchical threshold (or -hier)")] = 0.5,
+    nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU threshold")] = 0.45,
     out: Annotated[str, typer.Option(help="drawing, PNG; `.png` is added when the name has no "
                                           "suffix (or -out)")] = "predictions",
 ):

@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from .detector import detector_app
+from .options import not_nan
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
@@ -94,9 +95,17 @@ def _valid_set(data, policy="skip"):
     return dc, ds
 
 
-def _net(cfg, weights, batch=1):
+def _net(cfg, weights, dc, batch=1):
+    """The network, checked to have detection layers with the .data file's classes."""
+    from ..errors import DataError
     from ..parser import load_network
-    return load_network(str(cfg), str(weights), batch=batch)
+    from ..vision.box import detection_layers
+    net = load_network(str(cfg), str(weights), batch=batch)
+    classes = detection_layers(net)[-1].classes
+    if classes != dc.classes:
+        raise DataError(f"{cfg} has classes={classes} in its detection layers, {dc.path} has "
+                        f"classes={dc.classes}")
+    return net
 
 
 def _bar(total, desc):
@@ -105,12 +114,12 @@ def _bar(total, desc):
 
 
 def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
-         thresh: Annotated[float, typer.Option("--thresh", "-thresh", help="confidence for precision/recall/F1/IoU")] = 0.25,
-         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", help="IoU for a true positive (mAP@IoU)")] = 0.5):
+         thresh: Annotated[float, typer.Option("--thresh", "-thresh", callback=not_nan, help="confidence for precision/recall/F1/IoU")] = 0.25,
+         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", callback=not_nan, help="IoU for a true positive (mAP@IoU)")] = 0.5):
     """Per-class AP, mAP@0.5 (VOC all-point), COCO mAP@[.5:.95], and P/R/F1/avg IoU at --thresh."""
     from ..train.evaluate import evaluate_map
     dc, ds = _valid_set(data)
-    net = _net(cfg, weights)
+    net = _net(cfg, weights, dc)
     with _bar(len(ds), "map") as bar:
         r = evaluate_map(net, ds.paths, ds.boxes, dc.classes, dc.class_names(), thresh,
                          iou_thresh, progress=bar.update)
@@ -119,14 +128,14 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 
 
 def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
-           thresh: Annotated[float, typer.Option(help="objectness for a proposal")] = 0.001,
-           iou_thresh: Annotated[float, typer.Option(help="IoU for a truth to count as found")] = 0.5,
-           nms: Annotated[float, typer.Option(help="NMS IoU")] = 0.4):
+           thresh: Annotated[float, typer.Option(callback=not_nan, help="objectness for a proposal")] = 0.001,
+           iou_thresh: Annotated[float, typer.Option(callback=not_nan, help="IoU for a truth to count as found")] = 0.5,
+           nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.4):
     """validate_detector_recall: per image, truths found by any proposal, proposals per image,
     average best IoU."""
     from ..train.evaluate import detect_list, recall_stats
-    _, ds = _valid_set(data)
-    net = _net(cfg, weights)
+    dc, ds = _valid_set(data)
+    net = _net(cfg, weights, dc)
     total = correct = proposals = 0
     iou_sum = 0.0
     for k, _, _, boxes, probs, objs in detect_list(net, ds.paths, thresh, nms):
@@ -142,19 +151,22 @@ def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
           out: Annotated[Path, typer.Option(help="results folder")] = Path("results"),
           prefix: Annotated[str, typer.Option(help="per-class file prefix")] = "comp4_det_test_",
-          thresh: Annotated[float, typer.Option(help="probability threshold")] = 0.005,
-          nms: Annotated[float, typer.Option(help="NMS IoU")] = 0.45):
+          thresh: Annotated[float, typer.Option(callback=not_nan, help="probability threshold")] = 0.005,
+          nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.45):
     """validate_detector: per-class result files (`<prefix><class>.txt`: id score xmin ymin xmax
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
     from ..data.datasets import get_paths, read_data_cfg
+    from ..errors import DataError
     from ..train.evaluate import detect_list
     if any(sep in prefix for sep in ("/", "\\", "\0")) or prefix.startswith("."):
         raise typer.BadParameter(f"--prefix {prefix!r}: a file-name prefix, without a folder "
                                  f"(use --out for the folder) or a leading dot")
     dc = read_data_cfg(data)
     names = dc.class_names()
+    if not dc.valid:
+        raise DataError(f"{data}: no `valid` list")
     paths = get_paths(dc.resolve(dc.valid))
-    net = _net(cfg, weights)
+    net = _net(cfg, weights, dc)
     out.mkdir(parents=True, exist_ok=True)
     coco = dc.eval == "coco"
     results = []

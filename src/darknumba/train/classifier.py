@@ -25,7 +25,7 @@ import numpy as np
 from ..cfg import read_cfg
 from ..data.datasets import data_int, get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
-from ..vision.augment import random_distort_image
+from ..vision.augment import rand_uniform, random_distort_image
 from ..vision.image import letterbox_image, load_image, resize_image
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, train_iteration, training_network
@@ -145,10 +145,10 @@ def augment_image(rng, im, size, a: ClassifierAugment):
         _, ih, iw = im.shape
         m = ih if ih < iw * aspect else iw * aspect
         scale = r / m
-        rad = rng.uniform(-a.angle, a.angle) * 2 * math.pi / 360.0
+        rad = rand_uniform(rng, -a.angle, a.angle) * 2 * math.pi / 360.0
         dx = (iw * scale / aspect - size) / 2.0
         dy = (ih * scale - size) / 2.0
-        dx, dy = rng.uniform(-dx, dx), rng.uniform(-dy, dy)
+        dx, dy = rand_uniform(rng, -dx, dx), rand_uniform(rng, -dy, dy)
         crop = rotate_crop_image(im, rad, scale, size, size, dx, dy, aspect)
     if rng.integers(2):
         crop = np.ascontiguousarray(crop[:, :, ::-1])

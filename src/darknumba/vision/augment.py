@@ -49,6 +49,14 @@ class Placement:
     flip: bool = False
 
 
+def rand_uniform(rng, lo: float, hi: float) -> float:
+    """rand_uniform: a draw between lo and hi in either order (Darknet swaps them, so a negative
+    jitter, hue or angle is its absolute value); the same draw as rng.uniform(lo, hi)."""
+    if hi < lo:
+        lo, hi = hi, lo
+    return lo + (hi - lo) * rng.random()
+
+
 def _rand_scale(rng, s):
     """rand_scale: a factor in [1, s], inverted half the time."""
     lo, hi = (1.0, s) if s >= 1 else (s, 1.0)
@@ -65,8 +73,8 @@ def random_placement(rng, im_w, im_h, w, h, a: AugmentConfig) -> Placement:
         p.flip = flip
         return p
     dw, dh = a.jitter * im_w, a.jitter * im_h
-    new_ar = (im_w + rng.uniform(-dw, dw)) / (im_h + rng.uniform(-dh, dh))
-    scale = rng.uniform(*a.scale)
+    new_ar = (im_w + rand_uniform(rng, -dw, dw)) / (im_h + rand_uniform(rng, -dh, dh))
+    scale = rand_uniform(rng, *a.scale)
     if new_ar < 1:
         nh = scale * h
         nw = nh * new_ar
@@ -197,7 +205,7 @@ def random_distort_image(rng, im, hue, saturation, exposure):
     """random_distort_image, in place. Skipped (bit-exact) when all three are neutral. An image
     of fewer than 3 channels (a grey `channels=1` network) has its first channel scaled by the
     exposure factor only, as AlexeyAB's distort_image does; a fourth channel is left alone."""
-    dhue = rng.uniform(-hue, hue) if hue else 0.0
+    dhue = rand_uniform(rng, -hue, hue) if hue else 0.0
     dsat = _rand_scale(rng, saturation) if saturation != 1 else 1.0
     dexp = _rand_scale(rng, exposure) if exposure != 1 else 1.0
     if dhue == 0 and dsat == 1 and dexp == 1:

@@ -6,6 +6,8 @@ Detections are parallel arrays (see Detections); the loops over boxes live in ke
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..detections import Detections, letterbox_size
@@ -63,6 +65,8 @@ def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.
 
     `hier` is Darknet's hierarchical threshold; only [region] layers with a class tree (tree=,
     not supported) use it, so it changes nothing here, as in Darknet without a tree."""
+    if math.isnan(thresh) or math.isnan(hier):
+        raise ValueError("get_network_boxes: thresh and hier must be numbers, not NaN")
     layers = detection_layers(net)
     classes = layers[-1].classes
     if any(l.classes != classes for l in layers):
