@@ -58,9 +58,11 @@ def generate(strategy, n: int, derandomize: bool) -> list[Case]:
 
 
 def save_findings(outcomes, folder: Path) -> list[Path]:
+    """Cases that broke the contract, and those that ran out of memory (which keep it, but the
+    engine should have refused the size first), as corpus entries with an outcome.txt."""
     saved = []
     for o in outcomes:
-        if not o.good:
+        if not o.good or o.verdict == "oom":
             o.case.save(folder / o.case.id)
             (folder / o.case.id / "outcome.txt").write_text(
                 o.summary() + "\n\n" + "\n".join(s.get("stderr", "") for s in o.steps))
@@ -82,9 +84,11 @@ KNOWN_ENGINE = [
     ("engine: box_iou in do_nms_sort_cpu (kernels/box.py) divides by a zero union: zero-area or "
      "inf boxes of an untrained or diverged network",
      lambda o, line: re.search(r"ZeroDivisionError: division by zero at box\.py:\d+", line)),
-    ("engine: NaN/Inf weights give NaN objectness, which the yolo/region detection kernels count "
-     "in one pass and write in another: out-of-bounds writes, segfaults, heap aborts",
-     lambda o, line: o.verdict in ("crash", "hang") and _nonfinite_weights(o)),
+    ("engine: NaN/Inf weights give NaN objectness, which the yolo detection kernel counts in one "
+     "pass and writes in another: out-of-bounds writes, segfaults, heap aborts (IndexError under "
+     "NUMBA_BOUNDSCHECK=1)",
+     lambda o, line: _nonfinite_weights(o) and (o.verdict in ("crash", "hang")
+                                                or "IndexError: index is out of bounds" in line)),
 ]
 
 
@@ -99,8 +103,8 @@ def check(outcomes, what: str):
     text = report(outcomes)
     print(f"\n{what}: {text}")
     save = os.environ.get("DARKNUMBA_FUZZ_SAVE")
-    if bad and save:
-        save_findings(bad, Path(save))
+    if save:
+        save_findings(outcomes, Path(save))
     unknown = [o for o in bad if known_engine(o) is None]
     assert not unknown, f"{what}: {text}"
     if bad:
