@@ -75,9 +75,11 @@ def save_findings(outcomes, folder: Path) -> list[Path]:
 # every break is one of these is an expected failure (xfail) until the fix lands; any other break
 # fails the test. Delete an entry once its fix is merged.
 def _nonfinite_weights(o) -> bool:
+    """Weights with NaN, Inf, or values so large that a forward pass overflows to them."""
     data = o.case.files.get("w.weights", b"")[20:]
     a = np.frombuffer(data[:len(data) // 4 * 4], "<f4")
-    return bool(a.size) and not np.isfinite(a).all()
+    with np.errstate(invalid="ignore"):
+        return bool(a.size) and not (np.abs(a) < 1e30).all()
 
 
 KNOWN_ENGINE = [
