@@ -230,9 +230,13 @@ def test_class_tree_that_is_not_a_tree(capsys, tmp_path, text, message):
         assert code == 1 and err.count("\n") == 1 and f"{tree}" in err and message in err, err
 
 
-def test_bad_data_stop_fails_on_a_bad_image_in_a_prefetched_batch(world, capsys, tmp_path):
+def test_bad_data_stop_fails_on_a_bad_image_in_a_prefetched_batch(world, capsys, tmp_path,
+                                                                  monkeypatch):
     """One training iteration; the loader prepares batch 1 ahead and meets a truncated image
-    there: with --bad-data stop the run saves its weights and still exits 1 naming the image."""
+    there: with --bad-data stop the run saves its weights and still exits 1 naming the image.
+    (The loader thread is made to finish the batches it holds before it closes, as it does
+    unless the machine is very busy: a batch not yet started when training ends is dropped
+    unread, and then nothing bad was seen.)"""
     from darknumba.data.datasets import DataIssues, DetectionDataset, get_paths
     from darknumba.data.loader import DetectionLoader, MultiScale
     from darknumba.vision.augment import AugmentConfig
@@ -255,6 +259,13 @@ def test_bad_data_stop_fails_on_a_bad_image_in_a_prefetched_batch(world, capsys,
         loader.close()
         return bool(issues.issues)
     seed = next(s for s in range(100) if not bad_in(s, 0) and bad_in(s, 1))
+    real_close = DetectionLoader.close
+
+    def close_after_loading(self):
+        for f in self.pending:
+            f.exception()
+        real_close(self)
+    monkeypatch.setattr(DetectionLoader, "close", close_after_loading)
     data = _dataset_copy(world, tmp_path, train=train)
     args = ["detector", "train", data, cfg, "--max-batches", "1", "--seed", seed, "--workers",
             "1", "--no-progress", "--no-chart", "--backup", tmp_path / "b"]
@@ -297,7 +308,8 @@ def test_training_removes_only_stale_temporaries_of_its_own(world, capsys, tmp_p
     assert code == 0, err
     assert "removed 1 unfinished checkpoint file(s)" in err
     assert not (backup / ".tmp-abc_1234.weights").exists()
-    for name in (".tmp-ABCDEFGH.weights", "keep.tmp", ".tmp-zzzzzzzz.weights", ".tmp-short.weights"):
+    kept = (".tmp-ABCDEFGH.weights", "keep.tmp", ".tmp-zzzzzzzz.weights", ".tmp-short.weights")
+    for name in kept:
         assert (backup / name).exists(), name
 
 
@@ -327,7 +339,8 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(world,
 
         def __getattr__(self, name):
             return getattr(self.f, name)
-    monkeypatch.setattr(darknumba.weights.os, "fdopen", lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+    monkeypatch.setattr(darknumba.weights.os, "fdopen",
+                        lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
     backup = tmp_path / "b"
     code, _, err = call(capsys, "detector", "train", world["data"], world["nets"][3][0],
                         "--max-batches", "3", "--backup-every", "1", "--checkpoint-every", "1000",
@@ -356,7 +369,7 @@ def test_temporary_name_pattern_matches_atomic_write(tmp_path):
 def test_rand_uniform_swaps_bounds_as_darknet_and_draws_as_numpy():
     from darknumba.vision.augment import rand_uniform
     a, b = np.random.default_rng(7), np.random.default_rng(7)
-    assert [rand_uniform(a, -2.0, 3.0) for _ in range(5)] == [b.uniform(-2.0, 3.0) for _ in range(5)]
+    assert [rand_uniform(a, -2, 3) for _ in range(5)] == [b.uniform(-2, 3) for _ in range(5)]
     a, b = np.random.default_rng(7), np.random.default_rng(7)
     assert rand_uniform(a, 0.2, -0.2) == b.uniform(-0.2, 0.2)          # a negative jitter
 

@@ -56,7 +56,8 @@ def mutate_lines(lines: list[str], op: str, pos: float, pick: int) -> list[str]:
     elif op == "move" and lines:
         lines.insert(_at(len(lines), (pos * 7919) % 1), lines.pop(i))
     elif op == "unknown":
-        lines.insert(i, ["foo=1", "[bogus]", "[]", "[net", "key", "=3", "[yolo]", "[route]"][pick % 8])
+        junk = ["foo=1", "[bogus]", "[]", "[net", "key", "=3", "[yolo]", "[route]"]
+        lines.insert(i, junk[pick % len(junk)])
     elif op == "comment":
         lines[i] = line + [" # note", " ;x", "#", " # 5"][pick % 4]
     elif op == "section":

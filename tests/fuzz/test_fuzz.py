@@ -4,10 +4,10 @@ timeout per step), and every step must keep the contract: exit 0, 1 with one cle
 no internal error, traceback, signal or hang (fuzz_runner.judge).
 
 Profiles (DARKNUMBA_FUZZ):
-- unset / "ci": a derandomised set of cases per family (CI_COUNTS, ~120 in all) plus every
+- unset / "ci": a derandomised set of cases per family (CI_COUNTS, ~140 in all) plus every
   case in corpus/ (crashes found so far), in the default `python -m pytest -q`.
-- "long": `DARKNUMBA_FUZZ=long python -m pytest -q -s tests/fuzz -k long` generates fresh
-  random cases for DARKNUMBA_FUZZ_MINUTES (default 15) and prints the counts per outcome;
+- "long": `DARKNUMBA_FUZZ=long python -m pytest -q -s tests/fuzz -k test_fuzz_long` generates
+  fresh random cases for DARKNUMBA_FUZZ_MINUTES (default 15) and prints the outcome counts;
   every case that breaks the contract is saved under DARKNUMBA_FUZZ_SAVE (default
   ./fuzz-found) as a corpus entry (copy it into corpus/ with an `xfail` reason until fixed).
 """

@@ -29,7 +29,7 @@ except ImportError:
 
 from ..errors import DarknumbaError
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 3, 130   # usage: click's 2
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_enable=False,
@@ -58,7 +58,7 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def os_error_message(e: OSError) -> str:
+def _os_error_message(e: OSError) -> str:
     """`path: reason` for an error the operating system raised on a file."""
     reason = e.strerror or str(e) or type(e).__name__
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
@@ -97,10 +97,10 @@ def run(args: list[str] | None = None) -> int:
     try:
         code = app(args=args, prog_name="darknumba", standalone_mode=False)
         return code if isinstance(code, int) else EXIT_OK
-    except ClickException as e:          # usage errors: exit_code 2
+    except ClickException as e:                # usage errors: exit_code 2
         e.show()
         return e.exit_code
-    except typer.Abort:             # Ctrl-C at a prompt, EOF
+    except typer.Abort:                        # Ctrl-C at a prompt, EOF
         return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         print("darknumba: interrupted", file=sys.stderr)
@@ -111,7 +111,7 @@ def run(args: list[str] | None = None) -> int:
         if e.errno == errno.EPIPE:             # `darknumba ... | head`: stop quietly
             _silence_broken_pipe()
             return EXIT_BAD_INPUT
-        return _error(EXIT_BAD_INPUT, f"error: {_one_line(os_error_message(e))}", e)
+        return _error(EXIT_BAD_INPUT, f"error: {_one_line(_os_error_message(e))}", e)
     except MemoryError as e:
         return _error(EXIT_BAD_INPUT, "error: out of memory"
                       + (f" ({_one_line(e)})" if str(e) else "")

@@ -39,7 +39,8 @@ def remove_stale_temps(folder, log=None) -> list[str]:
         if not TEMP_NAME.fullmatch(e.name):
             continue
         try:
-            if e.is_file(follow_symlinks=False) and e.stat(follow_symlinks=False).st_mtime < STARTED:
+            old = e.stat(follow_symlinks=False).st_mtime < STARTED
+            if e.is_file(follow_symlinks=False) and old:
                 os.unlink(e.path)
                 removed.append(e.path)
         except OSError:
