@@ -1,6 +1,7 @@
-"""Child process for test_train_golden.test_tracks_c_darknet_over_steps: trains a pjreddie C
-darknet build (its libdarknet.so, through ctypes) on one datum repeated N times with
-`train_network`, writes the weights with `save_weights`, prints the per-datum costs as JSON.
+"""Child process for test_multistep (its DARKNET_DIR run, and the recording of
+tests/fixtures/multistep): trains a pjreddie C darknet build (its libdarknet.so, through
+ctypes) on one datum repeated N times with `train_network`, writes the weights with
+`save_weights`, prints the per-datum costs as JSON.
 
 usage: python c_train.py LIBDARKNET CFG WEIGHTS INPUT.f32 TRUTH.f32 BATCH N OUT.weights
 """

@@ -1,6 +1,9 @@
 """The tree's dependency direction: kernels import only kernels; the engine (top-level modules,
 layers/, kernels/) never imports the applications built on it (vision, data, train, parity, cli)."""
 import ast
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import darknumba
@@ -60,3 +63,15 @@ def test_the_checker_resolves_relative_imports():
     fake = PKG / "layers" / "base.py"
     assert "darknumba.kernels.fused" in imported_modules(fake)
     assert "darknumba.errors" in imported_modules(fake)
+
+
+def test_importing_the_package_loads_no_application():
+    """`dn.Detector` is exported lazily: `import darknumba` loads none of the applications."""
+    code = ("import sys, darknumba\n"
+            f"print(sorted(m for m in sys.modules if m.split('.')[1:2] and "
+            f"m.split('.')[0] == 'darknumba' and m.split('.')[1] in {APPS!r}))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(PKG.parent)})
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]"
+    assert darknumba.Detector.__module__ == "darknumba.vision.detector"

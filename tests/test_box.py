@@ -4,6 +4,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import naive
 import numpy as np
 import pytest
 from conftest import ROOT, golden_dir
@@ -115,6 +116,16 @@ def test_nms_ties_keep_order_and_zero_objectness_goes_last():
     np.testing.assert_array_equal(d.bbox, f32([far[1], far[3], far[2], far[0]]))
 
 
+def test_zero_area_boxes_suppress_nothing():
+    """An untrained network's boxes can have zero size: C's box_iou gives 0/0 = NaN there,
+    which fails every `> thresh`; ours gives 0, which fails them alike (numba's default
+    error model would raise ZeroDivisionError)."""
+    z = [.5, .5, 0, 0]
+    assert iou(z, z) == 0
+    d = do_nms_sort(dets([z, z, [.5, .5, 1, 1]], [.9, .8, .7]), .45)
+    np.testing.assert_array_equal(d.prob[:, 0], f32([.9, .8, .7]))
+
+
 def test_corners_truncate_and_clip():
     c = box_corners(np.array([[.5, .5, .2, .2], [.01, .9, .1, .3], [.123, .5, .01, .01]]), 100, 50)
     np.testing.assert_array_equal(c[0], [40, 20, 60, 30])
@@ -163,32 +174,10 @@ def test_dog_chain_matches_darknet():
     res = detection_results(out, w, h, ref["thresh"], names)
     printed = (d / "darknet_detect_stdout.txt").read_text().split()
     assert format_lines(res) == [" ".join(printed[i:i + 2]) for i in range(0, len(printed), 2)]
-    for r, rd in zip([r for r in res if r["class_id"] == r["label_class"]], ref["detections"]):
+    labelled = [r for r in res if r["class_id"] == r["label_class"]]
+    for r, rd in zip(labelled, ref["detections"], strict=True):
         assert (r["left"], r["top"], r["right"], r["bottom"]) == \
             (rd["left"], rd["top"], rd["right"], rd["bot"])
-
-
-def naive_nms_sort(bbox, obj, prob, thresh):
-    """do_nms_sort written plainly (Python's sort is stable, like glibc's merge sort)."""
-    prob = prob.copy()
-    order = list(range(len(obj)))
-    k, i = len(order) - 1, 0
-    while i <= k:
-        if obj[order[i]] == 0:
-            order[i], order[k] = order[k], order[i]
-            k -= 1
-        else:
-            i += 1
-    total = k + 1
-    for c in range(prob.shape[1]):
-        order[:total] = sorted(order[:total], key=lambda j: -prob[j, c])
-        for i in range(total):
-            if prob[order[i], c] == 0:
-                continue
-            for j in range(i + 1, total):
-                if iou(bbox[order[i]], bbox[order[j]]) > thresh:
-                    prob[order[j], c] = 0
-    return order, prob
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -199,7 +188,7 @@ def test_nms_matches_naive(seed):
     keep = rng.uniform(size=(n, classes)) > .4
     prob = (rng.integers(0, 6, (n, classes)) / 5 * keep).astype(f32)
     obj = np.where(rng.uniform(size=n) > .2, prob.max(1) + .01, 0).astype(f32)
-    order, want = naive_nms_sort(bbox, obj, prob, .3)
+    order, want = naive.nms_sort(bbox, obj, prob, .3)
     got = do_nms_sort(Detections(bbox.copy(), obj.copy(), prob.copy()), .3)
     np.testing.assert_array_equal(got.bbox, bbox[order])
     np.testing.assert_array_equal(got.prob, want[order])
@@ -219,7 +208,7 @@ def test_batch_decodes_each_image_on_its_own():
     ims = [load_image_color(DATA / "dog.jpg")[:, :400, :500], load_image_color(DATA / "dog.jpg")]
     two = detect(dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", w, batch=2), ims)
     one = dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", w, batch=1)
-    for im, d2 in zip(ims, two):
+    for im, d2 in zip(ims, two, strict=True):
         d1 = detect(one, [im])[0]
         np.testing.assert_allclose(d2.bbox, d1.bbox, atol=1e-5)
         np.testing.assert_allclose(d2.prob, d1.prob, atol=1e-5)

@@ -1,4 +1,5 @@
 """The cfg parser: Darknet's format and defaults, and errors that name file, line, section, key."""
+import re
 import warnings
 
 import pytest
@@ -84,11 +85,18 @@ def test_unused_keys_warn_once_with_location(tmp_path):
     assert msgs == ["%s:9: [convolutional] unused field 'fliters = 3'" % (tmp_path / "t.cfg")]
 
 
-def test_shipped_cfgs_parse_without_warnings():
+def test_shipped_cfgs_parse_without_warnings(tmp_path):
+    """Every key of the shipped yolov3 family is read. Which keys a section reads depends on
+    neither the input size nor the weights: each cfg is built at 64x64 without the random
+    initialisation (62M normal draws for yolov3, most of the time at 608x608)."""
     for name in ("yolov3-tiny", "yolov3", "yolov3-spp"):
+        text = (ROOT / "cfg" / f"{name}.cfg").read_text()
+        text, n = re.subn(r"^(width|height)=\d+$", r"\1=64", text, flags=re.MULTILINE)
+        assert n == 2, f"{name}.cfg: width/height lines found {n} times"
         with warnings.catch_warnings():
             warnings.simplefilter("error", CfgWarning)
-            dn.parse_network_cfg(ROOT / "cfg" / f"{name}.cfg", batch=1)
+            net = dn.parse_network_cfg(write(tmp_path, text, f"{name}.cfg"), batch=1, seed=None)
+        assert (net.w, net.h) == (64, 64)
 
 
 def test_summary_matches_darknets_printout():
@@ -103,3 +111,97 @@ def test_summary_matches_darknets_printout():
     printed = (tiny / "dog" / "stderr.txt").read_text().splitlines()
     start = printed.index("layer     filters    size              input                output")
     assert net.summary().splitlines()[:net.n + 1] == printed[start:start + net.n + 1]
+
+
+# -- reading the file as Darknet reads it ------------------------------------------------------
+
+def test_a_repeated_key_keeps_darknets_first_value_and_warns(tmp_path):
+    """option_find walks from the front of the section's list: the first batch= wins."""
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        net = dn.parse_network_cfg(write(tmp_path, NET + "batch=8\n[convolutional]\nsize=3\n"
+                                                   "filters=4\nsize=5\n"))
+    assert net.batch == 2 and net.layers[0].size == 3
+    msgs = [str(x.message) for x in w if issubclass(x.category, CfgWarning)]
+    assert msgs == [f"{tmp_path / 't.cfg'}:7: [net] batch: given again; Darknet uses the first "
+                    "value ('4', line 2) and ignores '8'",
+                    f"{tmp_path / 't.cfg'}:11: [convolutional] size: given again; Darknet uses "
+                    "the first value ('3', line 9) and ignores '5'"]
+
+
+def test_a_byte_order_mark_is_skipped(tmp_path):
+    p = tmp_path / "t.cfg"
+    p.write_bytes(b"\xef\xbb\xbf" + (NET + "[maxpool]\n").encode())
+    assert dn.parse_network_cfg(p).batch == 2
+
+
+def test_crlf_lines(tmp_path):
+    p = tmp_path / "t.cfg"
+    p.write_bytes((NET + "[convolutional]\nfilters=abc\n").replace("\n", "\r\n").encode())
+    with pytest.raises(CfgError, match=r"t\.cfg:8: \[convolutional\] filters: expected an "
+                                       r"integer, found 'abc'"):
+        dn.parse_network_cfg(p)
+
+
+@pytest.mark.parametrize("line,attr,want", [
+    ("filters=16 # sixteen", "n", 16),
+    ("filters=16;x", "n", 16),
+    ("size=3#x\nfilters=2", "size", 3),
+])
+def test_a_comment_after_a_number_keeps_the_number(tmp_path, line, attr, want):
+    """atoi("16#sixteen") reads 16."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        net = dn.parse_network_cfg(write(tmp_path, NET + "[convolutional]\n" + line + "\n"))
+    assert getattr(net.layers[0], attr) == want
+
+
+def test_a_comment_after_numbers_in_net_and_lists(tmp_path):
+    net = dn.parse_network_cfg(write(tmp_path, NET.replace("batch=4", "batch=4 ; four") +
+                                     "learning_rate=0.01#lr\n[maxpool]\n[maxpool]\n[route]\n"
+                                     "layers=-1,-2 # both\n"))
+    assert net.batch == 2 and net.learning_rate == 0.01
+    assert net.layers[2].input_layers == [1, 0]
+
+
+@pytest.mark.parametrize("body,key,value", [
+    ("[convolutional]\nactivation=leaky #x\n", "activation", "leaky#x"),
+    ("policy=steps;x\nsteps=1\nscales=.1\n[maxpool]\n", "policy", "steps;x"),
+    ("[cost]\ntype=sse # squared\n", "type", "sse#squared"),
+])
+def test_a_comment_after_a_string_is_an_error(tmp_path, body, key, value):
+    """activation=leaky#x is no activation Darknet knows: it silently trains with ReLU."""
+    with pytest.raises(CfgError, match=rf"t\.cfg:\d+: \[\w+\] {key}: '{value}' has a comment "
+                                       r"after the value"):
+        dn.parse_network_cfg(write(tmp_path, NET + body))
+
+
+@pytest.mark.parametrize("line,key,found", [
+    ("filters=١٦", "filters", "'١٦'"),                 # Arabic-Indic digits
+    ("filters=１６", "filters", "'１６'"),              # fullwidth digits
+    ("size=1_0", "size", "'1_0'"),                     # Python's digit separator
+    ("filters=0x10", "filters", "'0x10'"),
+])
+def test_only_ascii_digits_are_numbers(tmp_path, line, key, found):
+    with pytest.raises(CfgError, match=rf"\[convolutional\] {key}: expected an integer, found {found}"):
+        dn.parse_network_cfg(write(tmp_path, NET + "[convolutional]\n" + line + "\n"))
+
+
+def test_only_ascii_digits_in_floats_and_lists(tmp_path):
+    with pytest.raises(CfgError, match=r"\[net\] learning_rate: expected a number, found '０\.１'"):
+        dn.parse_network_cfg(write(tmp_path, NET + "learning_rate=０.１\n[maxpool]\n"))
+    with pytest.raises(CfgError, match=r"\[route\] layers: expected a list of integers, found '-1,٣'"):
+        dn.parse_network_cfg(write(tmp_path, NET + "[maxpool]\n[route]\nlayers=-1,٣\n"))
+
+
+def test_a_cfg_that_is_not_utf8(tmp_path):
+    p = tmp_path / "t.cfg"
+    p.write_bytes(NET.encode() + b"[convolutional]\nfilters=\xff\n")
+    with pytest.raises(CfgError, match=rf"t\.cfg:8: not a UTF-8 text file: byte {len(NET) + 24} "
+                                       r"is 0xff"):
+        dn.parse_network_cfg(p)
+
+
+def test_integers_beyond_a_c_int(tmp_path):
+    with pytest.raises(CfgError, match=r"\[convolutional\] filters: 4294967312 does not fit a C int"):
+        dn.parse_network_cfg(write(tmp_path, NET + "[convolutional]\nfilters=4294967312\n"))

@@ -75,7 +75,7 @@ def assert_matches_darknet(dets, ref, tol_pct=1, tol_px=2):
     left = list(dets)
     for name, percent, box in ref:
         hit = [d for d in left if d["name"] == name and abs(pct(d) - percent) <= tol_pct
-               and max(abs(a - b) for a, b in zip(corners(d), box)) <= tol_px]
+               and max(abs(a - b) for a, b in zip(corners(d), box, strict=True)) <= tol_px]
         assert hit, f"darknet's {name} {percent}% at {box} not found in {left}"
         left.remove(hit[0])
 
@@ -123,7 +123,6 @@ def test_detect_matches_darknet(image, weights, tmp_path):
 def test_default_run_on_the_sample(weights, tmp_path, monkeypatch):
     """No arguments, from another folder: cfg and weights found from the package, the sample
     photo from scikit-image's wheel, predictions.png in the working directory."""
-    pytest.importorskip("skimage")
     if weights.resolve() != (ROOT / "weights" / "yolov3-tiny.weights").resolve():
         pytest.skip("the default run uses weights/yolov3-tiny.weights (it would fetch them)")
     monkeypatch.chdir(tmp_path)
@@ -148,7 +147,7 @@ def test_many_images_batched(weights, tmp_path):
                "--json", "-", "--out", tmp_path / "drawn")
     lines = [json.loads(s) for s in r.stdout.splitlines()]
     assert [rec["image"] for rec in lines] == [str(DATA / n) for n in names]
-    for n, rec in zip(names, lines):
+    for n, rec in zip(names, lines, strict=True):
         assert_matches_darknet(rec["detections"], DARKNET[n])
         assert_boxes_drawn(tmp_path / "drawn" / n.replace(".jpg", ".png"), rec["detections"])
     assert "images/s" in r.stderr
@@ -161,7 +160,7 @@ def test_detector_test_darknet_grammar(weights, tmp_path, monkeypatch):
     got = printed(r.stdout)
     assert sorted(n for n, _ in got) == sorted(n for n, _, _ in DARKNET_HORSES_025)
     assert (tmp_path / "h.png").exists()
-    for (n, p), (rn, rp, _) in zip(sorted(got), sorted(DARKNET_HORSES_025)):
+    for (n, p), (rn, rp, _) in zip(sorted(got), sorted(DARKNET_HORSES_025), strict=True):
         assert n == rn and abs(p - rp) <= 1
 
 
@@ -188,3 +187,65 @@ def test_error_is_one_line_and_status_1(tmp_path):
                        capture_output=True, text=True, timeout=120)
     assert p.returncode == 1
     assert p.stderr.strip() == f"darknumba: error: image not found: {tmp_path / 'nope.jpg'}"
+
+
+REGION_TREE_CFG = """[net]
+width=32
+height=32
+channels=3
+
+[convolutional]
+filters=20
+size=8
+stride=8
+pad=0
+activation=linear
+
+[region]
+anchors=1,1, 2,3
+classes=5
+coords=4
+num=2
+softmax=1
+tree=tiny.tree
+"""
+# two roots, each with its own group of children: animal > dog, cat; thing > cup
+TREE = "animal -1\nthing -1\ndog 0\ncat 0\ncup 1\n"
+ROOTS, LEAVES = {"animal", "thing"}, {"dog", "cat", "cup"}
+
+
+def test_hier_reaches_region_class_trees(tmp_path):
+    """--hier is the tree threshold of a [region] layer with tree=: at 0 every box descends to
+    a leaf class, at 0.99 it stays at the root group (a root's probability is at most ~0.7);
+    without NMS (which works per class) the boxes and their probabilities stay the same.
+    `detector test -hier` and `dn.Detector(hier=)` pass it on too."""
+    import darknumba as dn
+    (tmp_path / "tiny.tree").write_text(TREE)
+    cfg = tmp_path / "tree.cfg"
+    cfg.write_text(REGION_TREE_CFG)
+    names = tmp_path / "tree.names"
+    names.write_text("\n".join(line.split()[0] for line in TREE.splitlines()) + "\n")
+    weights = tmp_path / "tree.weights"
+    dn.save_weights(dn.load_network(cfg), weights)              # Darknet's random init, seed 0
+    img = tmp_path / "img.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (24, 40, 3), np.uint8)).save(img)
+
+    def run(hier, nms=0.45):
+        r = invoke("detect", cfg, weights, img, "--thresh", "0.3", "--hier", hier, "--nms", nms,
+                   "--names", names, "--out", tmp_path / "p.png", "--json", tmp_path / "d.jsonl")
+        return printed(r.stdout), json.loads((tmp_path / "d.jsonl").read_text())["detections"]
+
+    leaf_lines, leaf = run(0)
+    root_lines, root = run(0.99)
+    assert len(leaf) > 3 and {d["name"] for d in leaf} <= LEAVES
+    assert len(root) > 3 and {d["name"] for d in root} <= ROOTS
+    _, leaf_all = run(0, nms=0)
+    _, root_all = run(0.99, nms=0)
+    assert [(d["box"], d["prob"]) for d in leaf_all] == [(d["box"], d["prob"]) for d in root_all]
+    data = tmp_path / "tree.data"
+    data.write_text(f"classes = 5\nnames = {names}\n")
+    r = invoke("detector", "test", data, cfg, weights, img, "-thresh", "0.3", "-hier", "0.99",
+               "-out", tmp_path / "t")
+    assert printed(r.stdout) == root_lines
+    det = dn.Detector(cfg, weights, thresh=0.3, hier=0, names=names)
+    assert det.predict(img)[0]["detections"] == leaf

@@ -3,6 +3,7 @@ no module outside dialect.py asks which compat mode is on by comparing strings."
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import darknumba as dn
@@ -55,3 +56,83 @@ def test_no_compat_string_compares_outside_dialect():
     offenders = [str(p.relative_to(SRC)) for p in SRC.rglob("*.py")
                  if p.name != "dialect.py" and pattern.search(p.read_text())]
     assert offenders == []
+
+
+BASE = "[net]\nwidth=8\nheight=8\nchannels=3\n"
+
+
+def _cfg(tmp_path, body, name="n.cfg"):
+    p = tmp_path / name
+    p.write_text(BASE + body)
+    return p
+
+
+@pytest.mark.parametrize("body, what", [
+    ("[convolutional]\nfilters=2\nsize=1\nactivation=mish\n", "activation=mish"),
+    ("[convolutional]\nfilters=2\nsize=1\n[route]\nlayers=-1\ngroups=2\ngroup_id=1\n",
+     "[route] groups=2"),
+    ("[conv]\nfilters=2\nsize=3\npad=1\ndilation=1\nactivation=leaky\n", "[conv] dilation=1"),
+])
+def test_ab_only_keys_choose_alexeyab_and_say_where(tmp_path, body, what):
+    from darknumba.cfg import read_cfg
+    from darknumba.dialect import choose_dialect
+    cfg = _cfg(tmp_path, body)
+    dialect, why = choose_dialect(read_cfg(str(cfg)))
+    assert dialect == "alexeyab" and what in why and f"{cfg}:" in why
+
+
+def test_ab_only_net_key_and_section(tmp_path):
+    from darknumba.cfg import read_cfg
+    from darknumba.dialect import choose_dialect
+    p = tmp_path / "m.cfg"
+    p.write_text("[net]\nwidth=8\nheight=8\nchannels=3\nletter_box=1\n")
+    assert choose_dialect(read_cfg(str(p)))[0] == "alexeyab"
+    p.write_text(BASE + "[sam]\nfrom=-1\n")
+    d, why = choose_dialect(read_cfg(str(p)))
+    assert d == "alexeyab" and "[sam]" in why
+
+
+def test_weights_header_0_2_5_is_a_hint_and_the_option_wins(tmp_path):
+    cfg = _cfg(tmp_path, "[convolutional]\nfilters=2\nsize=1\n")
+    net = dn.parse_network_cfg(cfg)
+    assert net.dialect == "pjreddie" and "nothing in the cfg" in net.dialect_reason
+    net.quirks = quirks_for("alexeyab")
+    dn.save_weights(net, tmp_path / "ab.weights")           # AlexeyAB writes 0.2.5
+    assert (tmp_path / "ab.weights").read_bytes()[:12] == \
+        bytes([0, 0, 0, 0, 2, 0, 0, 0, 5, 0, 0, 0])
+    loaded = dn.load_network(cfg, tmp_path / "ab.weights")
+    assert loaded.dialect == "alexeyab" and "0.2.5" in loaded.dialect_reason
+    assert loaded.layers[0].quirks.bn_epsilon_inside_sqrt
+    forced = dn.load_network(cfg, tmp_path / "ab.weights", dialect="pjreddie")
+    assert forced.dialect == "pjreddie" and forced.dialect_reason == "asked for"
+    dn.save_weights(forced, tmp_path / "pj.weights")
+    assert (tmp_path / "pj.weights").read_bytes()[8:12] == bytes(4)
+
+
+def test_alexeyab_batch_norm_forward_and_rolling_statistics(tmp_path):
+    """AlexeyAB's forward_batchnorm_layer: (x - m) / sqrt(v + 1e-5), rolling 0.9 / 0.1."""
+    cfg = _cfg(tmp_path, "[convolutional]\nbatch_normalize=1\nfilters=3\nsize=1\n"
+                         "activation=linear\n")
+    rng = np.random.default_rng(3)
+    out = {}
+    for dialect in ("pjreddie", "alexeyab"):
+        net = dn.parse_network_cfg(cfg, dialect=dialect, batch=2)
+        l = net.layers[0]
+        l.weights[:] = rng.standard_normal(l.weights.size)
+        l.scales[:], l.biases[:] = [1.5, 0.5, 2.0], [0.1, -0.2, 0.3]
+        l.rolling_mean[:], l.rolling_variance[:] = [0.2, -0.1, 0.0], [1e-4, 4e-4, 2.0]
+        x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+        y = net.predict(x)
+        conv = np.einsum("oc,bchw->bohw", l.weights.reshape(3, 3), x.astype(np.float64))
+        m = l.rolling_mean[None, :, None, None].astype(np.float64)
+        v = l.rolling_variance[None, :, None, None].astype(np.float64)
+        d = np.sqrt(v + 1e-5) if dialect == "alexeyab" else np.sqrt(v) + 1e-6
+        ref = (conv - m) / d * l.scales[None, :, None, None] + l.biases[None, :, None, None]
+        np.testing.assert_allclose(y, ref, rtol=2e-5, atol=2e-5 * np.abs(ref).max())
+        out[dialect] = y
+        rm0 = l.rolling_mean.copy()
+        net.forward(x, train=True)
+        keep = 0.9 if dialect == "alexeyab" else 0.99
+        np.testing.assert_allclose(l.rolling_mean, keep * rm0 + (1 - keep) * l.mean, rtol=1e-6,
+                                   atol=1e-7)
+    assert np.abs(out["alexeyab"] - out["pjreddie"]).max() > 1e-2   # the dialects differ here

@@ -1,41 +1,31 @@
-"""The direct 3x3 convolution (kernels/direct.py) against float64 references, and the
-convolutional layer's direct path against its im2col + GEMM path."""
+"""The direct 3x3 convolution (kernels/direct.py) against tests/naive (the convolution as
+Darknet's im2col loops + a float64 GEMM, and the naive backward), and the convolutional layer's
+direct path against its im2col + GEMM path."""
+import naive
 import numpy as np
 import pytest
 
-import naive
 from darknumba.kernels.direct import (conv3x3_direct_cpu, conv3x3_direct_weight_grad_cpu,
                                       flip_weights)
 
-rng = np.random.default_rng(11)
 EMPTY = np.empty(0, np.float32)
 NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0, EMPTY, EMPTY)          # raw sums only
 
-# (batch, c, h, w, n, pad): filter counts with and without a remainder of 4, pads 0..2,
-# maps narrower than the kernel's padding, and rows long enough to vectorise
+# (batch, c, h, w, n, pad): channels 1 to 5, filter counts with and without a remainder of 4,
+# pads 0..2 on non-square maps, maps narrower than the kernel's padding, and rows long enough
+# to vectorise
 SHAPES = [(2, 3, 7, 5, 4, 1), (1, 5, 6, 9, 7, 1), (3, 2, 5, 4, 9, 0), (2, 1, 3, 3, 1, 2),
-          (1, 4, 1, 2, 5, 1), (2, 3, 4, 70, 8, 1), (1, 2, 9, 33, 6, 2)]
-
-
-def ref_conv(x, weights, b, c, h, w, n, pad):
-    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
-    xp = np.zeros((b, c, h + 2 * pad, w + 2 * pad))
-    xp[:, :, pad:pad + h, pad:pad + w] = x.reshape(b, c, h, w)
-    W = weights.reshape(n, c, 3, 3).astype(np.float64)
-    out = np.zeros((b, n, oh, ow))
-    for ky in range(3):
-        for kx in range(3):
-            out += np.einsum("bchw,nc->bnhw", xp[:, :, ky:ky + oh, kx:kx + ow], W[:, :, ky, kx])
-    return out.ravel()
+          (1, 4, 1, 2, 5, 1), (2, 3, 4, 70, 8, 1), (1, 2, 9, 33, 6, 2), (2, 1, 6, 5, 5, 0),
+          (1, 3, 5, 8, 4, 2), (2, 3, 9, 4, 6, 0), (1, 1, 4, 7, 3, 1)]
 
 
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
-def test_direct_forward_matches_float64_convolution(b, c, h, w, n, pad):
+def test_direct_forward_matches_float64_convolution(rng, b, c, h, w, n, pad):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     out = np.full(b * n * (h + 2 * pad - 2) * (w + 2 * pad - 2), np.nan, np.float32)
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI)
-    ref = ref_conv(x, wts, b, c, h, w, n, pad)
+    ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     before = rng.standard_normal(out.size).astype(np.float32)
     acc = before.copy()
@@ -44,7 +34,7 @@ def test_direct_forward_matches_float64_convolution(b, c, h, w, n, pad):
 
 
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
-def test_direct_gradients_match_naive_backward(b, c, h, w, n, pad):
+def test_direct_gradients_match_naive_backward(rng, b, c, h, w, n, pad):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
@@ -60,7 +50,7 @@ def test_direct_gradients_match_naive_backward(b, c, h, w, n, pad):
     np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-5 * np.abs(dx_ref).max())
 
 
-def test_direct_batch_statistics_equal_a_separate_sweep():
+def test_direct_batch_statistics_equal_a_separate_sweep(rng):
     from darknumba.kernels.fused import mean_variance_cpu
     b, c, h, w, n, pad = 3, 3, 9, 11, 6, 1
     x = (rng.standard_normal(b * c * h * w) + 3).astype(np.float32)     # a mean to subtract
@@ -81,7 +71,7 @@ def test_direct_batch_statistics_equal_a_separate_sweep():
 
 
 @pytest.mark.parametrize("act", [0, 3, 7])      # logistic, linear, leaky
-def test_direct_fused_epilogues_equal_the_separate_sweeps(act):
+def test_direct_fused_epilogues_equal_the_separate_sweeps(rng, act):
     from darknumba.kernels.fused import batchnorm_bias_activate, bias_activate
     b, c, h, w, n, pad = 2, 3, 9, 11, 6, 1
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
@@ -103,7 +93,7 @@ def test_direct_fused_epilogues_equal_the_separate_sweeps(act):
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
 
 
-def test_direct_check_can_fail():
+def test_direct_check_can_fail(rng):
     """A one-tap error is caught by the same comparison."""
     b, c, h, w, n, pad = 1, 2, 5, 6, 4, 1
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
@@ -112,12 +102,12 @@ def test_direct_check_can_fail():
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI)
     wrong = wts.copy()
     wrong[5] += 0.01
-    ref = ref_conv(x, wrong, b, c, h, w, n, pad)
+    ref = naive.conv_forward(x, wrong, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     assert not np.allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
 @pytest.mark.parametrize("bn", [0, 1])
-def test_layer_direct_path_equals_gemm_path(monkeypatch, tmp_path, bn):
+def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
     """The same network trained one step with the direct kernels and with im2col + GEMM."""
     import darknumba as dn
     from darknumba.layers import convolutional
@@ -140,7 +130,7 @@ def test_layer_direct_path_equals_gemm_path(monkeypatch, tmp_path, bn):
         runs.append((cost, state, net.predict(x).copy()))       # then test mode (rolling stats)
     (cost_d, state_d, pred_d), (cost_g, state_g, pred_g) = runs
     assert cost_d == pytest.approx(cost_g, rel=1e-5)
-    for (out_d, delta_d, w_d), (out_g, delta_g, w_g) in zip(state_d, state_g):
+    for (out_d, delta_d, w_d), (out_g, delta_g, w_g) in zip(state_d, state_g, strict=True):
         np.testing.assert_allclose(out_d, out_g, rtol=1e-5, atol=1e-6)
         np.testing.assert_allclose(delta_d, delta_g, rtol=1e-4, atol=1e-6)
         np.testing.assert_allclose(w_d, w_g, rtol=1e-5, atol=1e-7)

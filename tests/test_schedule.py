@@ -241,3 +241,53 @@ def test_adam(tmp_path, compat):
                                        err_msg=f"layer {i} {a}, step {t}")
             if compat is None:
                 assert not getattr(net.layers[i], UPDATES[a]).any()
+
+
+def _ab_net(tmp_path, net_keys):
+    cfg = tmp_path / "ab.cfg"
+    cfg.write_text("[net]\nbatch=2\nwidth=4\nheight=4\nchannels=1\nmosaic=0\n" + net_keys +
+                   "[convolutional]\nfilters=1\nsize=1\n")
+    return dn.parse_network_cfg(cfg)
+
+
+def test_alexeyab_sgdr_policy_follows_its_cosine_cycles(tmp_path):
+    net = _ab_net(tmp_path, "learning_rate=0.01\nlearning_rate_min=0.001\npolicy=sgdr\n"
+                            "sgdr_cycle=10\nsgdr_mult=2\nmax_batches=100\n")
+    assert net.dialect == "alexeyab" and net.policy == "sgdr"
+    got = []
+    for b in (0, 5, 10, 11, 20, 30, 31):
+        net.seen = b * net.batch * net.subdivisions
+        got.append(net.current_rate())
+    # AlexeyAB: cycles [0, 10], (10, 30], (30, 70]: the cycle restarts after its length
+    def ref(b):
+        start, cycle = 0, 10
+        while start + cycle < b:
+            start, cycle = start + cycle, cycle * 2
+        return 0.001 + 0.5 * 0.009 * (1 + math.cos((b - start) * 3.14159265 / cycle))
+    np.testing.assert_allclose(got, [ref(b) for b in (0, 5, 10, 11, 20, 30, 31)], rtol=1e-6)
+    assert got[0] == pytest.approx(0.01) and got[2] == pytest.approx(0.001)
+
+
+def test_alexeyab_policy_names(tmp_path):
+    net = _ab_net(tmp_path, "policy=sigmoid\ngamma=0.5\nstep=4\n")
+    assert net.policy == "sig"
+    net.seen = 0                        # AlexeyAB's batch_num - step is signed: no wrap
+    assert net.current_rate() == pytest.approx(0.001 / (1 + math.exp(0.5 * -4)), rel=1e-6)
+    with pytest.raises(dn.CfgError, match="calls it 'sigmoid'"):
+        _ab_net(tmp_path, "policy=sig\n")
+    cfg = tmp_path / "pj.cfg"
+    cfg.write_text("[net]\nwidth=4\nheight=4\nchannels=1\npolicy=sgdr\n"
+                   "[convolutional]\nfilters=1\nsize=1\n")
+    with pytest.raises(dn.CfgError, match="AlexeyAB's name"):
+        dn.parse_network_cfg(cfg, dialect="pjreddie")
+
+
+def test_alexeyab_net_keys_are_kept_with_its_defaults(tmp_path):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")              # none of them is an "unused field"
+        net = _ab_net(tmp_path, "letter_box=1\nema_alpha=0.9998\nflip=0\nblur=1\n"
+                                "label_smooth_eps=0.1\nadam=1\n")
+    assert (net.letter_box, net.ema_alpha, net.flip, net.blur, net.mosaic) == (1, 0.9998, 0, 1, 0)
+    assert net.label_smooth_eps == pytest.approx(0.1) and net.gaussian_noise == 0
+    assert net.eps == pytest.approx(1e-6)            # AlexeyAB's adam eps default

@@ -79,7 +79,9 @@ def test_too_short_names_layer_and_byte_counts(tmp_path):
     data = full.read_bytes()
     short = tmp_path / "short.weights"
     short.write_bytes(data[:-10])
-    with pytest.raises(WeightsError, match=r"layer 1 \(connected\).*%d bytes.*needs %d" % (len(data) - 10, len(data))):
+    with pytest.raises(WeightsError, match=r"holds 1 of the 2 layers t\.cfg needs \(%d bytes; %d "
+                                           r"needed\): the file ends inside layer 1 \(connected\) "
+                                           r"weights" % (len(data) - 10, len(data))):
         dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), short)
 
 
@@ -159,3 +161,115 @@ def test_networks_without_weights_start_from_darknets_random_init(tmp_path):
     assert not conv.biases.any() and (conv.scales == 1).all()
     again = dn.load_network(_cfg(tmp_path, SMALL))
     np.testing.assert_array_equal(again.layers[0].weights, conv.weights)      # seeded
+
+
+# -- files that are not weights, or do not fit -------------------------------------------------
+
+@pytest.mark.parametrize("header,shown", [
+    ([1000000, 0, 0, 0], "1000000.0.0"), ([0, 5000, 0, 0], "0.5000.0"),
+    ([0, 2, -1, 0], "0.2.-1"), ([0x474E5089, 0x0A1A0A0D, 0, 0], "1196314761.169478669.0")])
+def test_an_absurd_version_is_a_bad_header(tmp_path, header, shown):
+    """Not "bytes left over": the header says the file is no Darknet weights (the last is a
+    PNG's first bytes)."""
+    p = tmp_path / "x.weights"
+    p.write_bytes(np.array(header, "<i4").tobytes() + b"\0" * 400)
+    with pytest.raises(WeightsError, match=rf"x\.weights: bad header: version {shown} is not one "
+                                           r"Darknet writes"):
+        dn.load_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), p)
+
+
+def test_special_files_get_their_own_message(tmp_path):
+    import os
+    net = dn.parse_network_cfg(_cfg(tmp_path, SMALL))
+    fifo = tmp_path / "pipe.weights"
+    os.mkfifo(fifo)                                  # opening it for reading would block
+    (tmp_path / "empty.weights").write_bytes(b"")
+    (tmp_path / "dir.weights").mkdir()
+    for path, what in [("/dev/zero", "is a character device"),
+                       (fifo, r"is a named pipe \(FIFO\)"),
+                       (tmp_path / "dir.weights", "is a directory"),
+                       (tmp_path / "empty.weights", r"is empty \(0 bytes\)"),
+                       (tmp_path / "missing.weights", "cannot read weights file: No such file")]:
+        with pytest.raises(WeightsError, match=what):
+            dn.load_weights(net, path)
+
+
+def test_a_file_that_does_not_fit_changes_nothing(tmp_path):
+    net = _small(tmp_path)
+    p = tmp_path / "full.weights"
+    dn.save_weights(net, p)
+    p.write_bytes(p.read_bytes()[:-4])
+    before = [a.copy() for l in net.layers for _, a in l.weight_records()]
+    with pytest.raises(WeightsError):
+        dn.load_weights(net, p)
+    for a, b in zip(before, [a for l in net.layers for _, a in l.weight_records()]):
+        np.testing.assert_array_equal(a, b)
+    assert net.seen == 1234
+
+
+def test_a_file_cut_after_a_layer_needs_a_partial_load(tmp_path):
+    """Layer 0 only: refused by default with the counts (Darknet would leave layer 1 random);
+    partial=True loads layer 0; a cut inside a layer is an error even then."""
+    net = _small(tmp_path)
+    p = tmp_path / "cut.weights"
+    dn.save_weights(net, p, cutoff=1)
+    size = p.stat().st_size
+    full = len(dn.weights.weights_bytes(net))
+    fresh = dn.parse_network_cfg(_cfg(tmp_path, SMALL), seed=None)
+    with pytest.raises(WeightsError, match=rf"holds 1 of the 2 layers t\.cfg needs \({size} "
+                                           rf"bytes; {full} needed\): the file ends inside layer 1 "
+                                           r"\(connected\) biases\. A truncated file\?"):
+        dn.load_weights(fresh, p)
+    assert dn.weights.plan_weights(fresh, p, partial=True).layers == 1
+    dn.load_weights(fresh, p, partial=True)
+    np.testing.assert_array_equal(fresh.layers[0].weights, net.layers[0].weights)
+    assert not fresh.layers[1].weights.any()
+    p.write_bytes(p.read_bytes()[:-8])
+    with pytest.raises(WeightsError, match=r"the file ends inside layer 0 \(convolutional\) "
+                                           r"weights .* a partial weights file ends after a whole"):
+        dn.load_weights(fresh, p, partial=True)
+    p.write_bytes(dn.weights.weights_bytes(net) + b"\0" * 4)
+    with pytest.raises(WeightsError, match="4 bytes left over"):
+        dn.load_weights(fresh, p, partial=True)
+
+
+def test_resuming_from_a_truncated_checkpoint_is_refused(tmp_path):
+    """A checkpoint (seen > 0) holding fewer layers than the cfg is a file cut short, unless
+    the caller asks for a partial start; a file from `partial` (seen 0) loads as it is."""
+    from darknumba.train.detector import load_partial_weights
+    net = _small(tmp_path)
+    ckpt = tmp_path / "t.backup"
+    dn.save_weights(net, ckpt, cutoff=1)                 # seen = 1234
+    with pytest.raises(WeightsError, match=r"holds 1 of 2 layers .* has seen 1234 images.* "
+                                           r"checkpoint cut short\?"):
+        load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), ckpt,
+                             allow_partial=False)
+    assert load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), ckpt) == 1
+    net.seen = 0
+    cut = tmp_path / "t.conv.1"
+    dn.save_weights(net, cut, cutoff=1)
+    assert load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), cut,
+                                allow_partial=False) == 1
+    dn.save_weights(net, ckpt)
+    assert load_partial_weights(dn.parse_network_cfg(_cfg(tmp_path, SMALL)), ckpt,
+                                allow_partial=False) == 2
+
+
+def test_nonfinite_weights_are_named_once(tmp_path):
+    import warnings
+    from darknumba.errors import WeightsWarning
+    from darknumba.weights import nonfinite_layers
+    net = _small(tmp_path)
+    net.layers[0].weights[3] = np.nan
+    net.layers[1].biases[:2] = [np.inf, -np.inf]
+    assert nonfinite_layers(net) == [(0, "convolutional", 1), (1, "connected", 2)]
+    p = tmp_path / "nan.weights"
+    dn.save_weights(net, p)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        loaded = dn.load_network(_cfg(tmp_path, SMALL), p)
+    msgs = [str(x.message) for x in w if issubclass(x.category, WeightsWarning)]
+    assert msgs == [f"{p}: NaN or Inf weights in layers 0 (convolutional: 1 value), "
+                    f"1 (connected: 2 values): outputs will be NaN (saved by a diverged run?)"]
+    assert np.isnan(loaded.layers[0].weights[3])
+    assert nonfinite_layers(_small(tmp_path)) == []

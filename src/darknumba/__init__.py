@@ -18,6 +18,17 @@ from .weights import load_weights, save_weights  # noqa: E402
 
 __all__ = [
     "DarknumbaError", "CfgError", "WeightsError", "Network",
-    "parse_network_cfg", "load_network", "load_weights", "save_weights",
+    "parse_network_cfg", "load_network", "load_weights", "save_weights", "Detector",
 ]
 __version__ = "0.1.0"
+
+# Built on the engine, loaded on first use (`dn.Detector`): importing darknumba loads no
+# application module, so the engine stays usable without them.
+_APPLICATIONS = {"Detector": "darknumba.vision.detector"}
+
+
+def __getattr__(name):
+    if name not in _APPLICATIONS:
+        raise AttributeError(f"module 'darknumba' has no attribute {name!r}")
+    import importlib
+    return getattr(importlib.import_module(_APPLICATIONS[name]), name)

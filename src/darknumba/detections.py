@@ -29,7 +29,8 @@ class Detections:
 
 def letterbox_size(im_w: int, im_h: int, w: int, h: int) -> tuple[int, int]:
     """(new_w, new_h) that letterbox_image and correct_yolo_boxes use (integer division), at
-    least 1 pixel: Darknet's 0 for a 2000 x 1 image would divide by zero in the boxes."""
+    least 1 each: an extreme aspect ratio (2000 x 1) would give Darknet a 0-pixel side that
+    correct_yolo_boxes divides by."""
     if float(np.float32(w) / np.float32(im_w)) < float(np.float32(h) / np.float32(im_h)):
         return w, max(1, (im_h * w) // im_w)
     return max(1, (im_w * h) // im_h), h

@@ -11,6 +11,50 @@ from dataclasses import dataclass
 DIALECTS = ("pjreddie", "alexeyab")
 COMPAT_MODES = (None, "darknet-cpu")
 
+# What AlexeyAB's parser reads and pjreddie's does not (parser.c of each, section by section):
+# a cfg that uses any of these is written for AlexeyAB's Darknet.
+AB_ONLY_SECTIONS = frozenset({
+    "gaussian_yolo", "contrastive", "conv_lstm", "empty", "history", "implicit", "local_avg",
+    "local_avgpool", "reorg3d", "sam", "scale_channels", "silence"})
+AB_ONLY_KEYS = {
+    "net": {"adversarial_lr", "attention", "augment_speed", "badlabels_rejection_percentage",
+            "blur", "contrastive", "contrastive_color", "contrastive_jit_flip", "cutmix",
+            "dynamic_minibatch", "ema_alpha", "equidistant_point", "flip", "gaussian_noise",
+            "label_smooth_eps", "learning_rate_min", "letter_box", "loss_scale",
+            "max_chart_loss", "mixup", "mosaic", "mosaic_bound", "num_sigmas_reject_badlabels",
+            "optimized_memory", "resize_step", "seq_scales", "sequential_subdivisions",
+            "sgdr_cycle", "sgdr_mult", "track", "try_fix_nan", "unsupervised", "use_cuda_graph",
+            "weights_reject_freq", "workspace_size_limit_mb"},
+    "convolutional": {"angle", "antialiasing", "assisted_excitation", "bin_output", "cbn",
+                      "coordconv", "dilation", "grad_centr", "reverse", "rotate", "share_index",
+                      "stream", "stretch", "stretch_sway", "stride_x", "stride_y", "sway",
+                      "wait_stream"},
+    "maxpool": {"antialiasing", "maxpool_depth", "maxpool_zero_nonmax", "out_channels",
+                "stride_x", "stride_y"},
+    "route": {"groups", "group_id", "stream", "wait_stream"},
+    "shortcut": {"weights_normalization", "weights_type"},
+    "yolo": {"beta_nms", "cls_normalizer", "counters_per_class", "delta_normalizer",
+             "dets_for_show", "dets_for_track", "embedding_layer", "focal_loss", "iou_loss",
+             "iou_normalizer", "iou_thresh", "iou_thresh_kind", "label_smooth_eps", "max_delta",
+             "new_coords", "nms_kind", "obj_normalizer", "objectness_smooth", "resize",
+             "scale_x_y", "show_details", "sim_thresh", "track_ciou_norm",
+             "track_history_size"},
+    "region": {"focal_loss", "resize"},
+    "detection": {"resize"},
+    "dropout": {"dropblock", "dropblock_size_abs", "dropblock_size_rel"},
+    "crnn": {"dilation", "groups", "hidden", "output", "pad", "padding", "size", "stride",
+             "xnor"},
+    "rnn": {"hidden", "logistic"},
+    "*": {"burnin_update", "dont_update", "show_receptive_field", "train_only_bn"},
+}
+AB_ONLY_ACTIVATIONS = frozenset({
+    "mish", "hard_mish", "swish", "relu6", "gelu", "normalize_channels",
+    "normalize_channels_softmax", "normalize_channels_softmax_maxval", "revleaky"})
+# section aliases both parsers accept, by the name the tables above use
+SECTION_ALIASES = {"conv": "convolutional", "max": "maxpool", "network": "net",
+                   "local_avg": "local_avgpool", "avg": "avgpool", "conn": "connected",
+                   "soft": "softmax"}
+
 
 @dataclass(frozen=True)
 class Quirks:
@@ -38,30 +82,85 @@ class Quirks:
     # the sig policy's `batch_num - step` is unsigned: before `step` it wraps round
     sig_unsigned_wrap: bool = False
 
+    # -- AlexeyAB's CPU build, reproduced only under compat="darknet-cpu" -----------------------
+    # a convolution's backward (col2im_cpu_ext) zeroes its input delta before adding into it,
+    # dropping what later layers (a route, a shortcut) already passed to that layer
+    col2im_zeroes_delta: bool = False
+    # [sam]'s backward writes the `from` layer's delta with `=` (its GPU code adds)
+    sam_overwrites_from_delta: bool = False
+
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
     bn_epsilon_inside_sqrt: bool = False
+    # batch norm backward (normalize_delta_cpu): pjreddie 1 / sqrt(v + 1e-5); AlexeyAB
+    # 1 / (sqrt(v) + 1e-5) (its mean and variance deltas keep the epsilon inside, as pjreddie)
+    bn_delta_eps_outside_sqrt: bool = False
     # rolling statistics: rolling = m * rolling + (1 - m) * batch statistic
     bn_rolling_momentum: float = 0.99
     # .weights header written on save: (major, minor, revision)
     weights_version: tuple = (0, 2, 0)
+    # [yolo] follows AlexeyAB's yolo_layer.c (layers/yolo_ab.py): its keys and defaults (max=200
+    # truths of 6 values, iou_normalizer 0.75, ...), logistic in float, scale_x_y, new_coords,
+    # its detections, NMS kinds and loss (iou_loss, ignore rule, iou_thresh, ...); without it
+    # AlexeyAB's [yolo] keys are refused
+    yolo_alexeyab: bool = False
 
     @property
     def name(self) -> str:
         return self.dialect + (f" (compat={self.compat})" if self.compat else "")
 
 
+def ab_only_feature(sections) -> tuple[str, str] | None:
+    """(where, what) of the first AlexeyAB-only section, key or activation of a parsed cfg,
+    e.g. ("yolov4.cfg:12", "[route] groups=2"); None for a cfg pjreddie's Darknet reads whole."""
+    for s in sections:
+        kind = SECTION_ALIASES.get(s.type, s.type)
+        if kind.lower() in AB_ONLY_SECTIONS:
+            return f"{s.path}:{s.line}", f"[{s.type}]"
+        keys = AB_ONLY_KEYS.get(kind, set()) | AB_ONLY_KEYS["*"]
+        for key, value in s.options.items():
+            if key.lower() in keys or (key.endswith("activation")
+                                       and value.strip().lower() in AB_ONLY_ACTIVATIONS):
+                return f"{s.path}:{s.lines.get(key, s.line)}", f"[{s.type}] {key}={value}"
+    return None
+
+
+def choose_dialect(sections, dialect: str | None = None,
+                   weights_version: tuple | None = None) -> tuple[str, str]:
+    """(dialect, why): the one asked for; else alexeyab when the cfg uses anything only
+    AlexeyAB's parser reads; else alexeyab when the .weights header says 0.2.5 (AlexeyAB
+    writes it for every file it saves, so this is a hint: pjreddie's yolov3.weights, 0.2.0,
+    runs in both); else pjreddie."""
+    if dialect is not None:
+        if dialect not in DIALECTS:
+            raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, not {dialect!r}")
+        return dialect, "asked for"
+    found = ab_only_feature(sections)
+    if found:
+        where, what = found
+        return "alexeyab", f"the cfg uses AlexeyAB's {what} ({where})"
+    if weights_version is not None and tuple(weights_version) == (0, 2, 5):
+        return "alexeyab", ("the .weights header is version 0.2.5, which AlexeyAB's Darknet "
+                            "writes (a hint only: --dialect overrides)")
+    why = "nothing in the cfg is AlexeyAB-only"
+    if weights_version is not None:
+        why += f", weights version {'.'.join(map(str, weights_version))}"
+    return "pjreddie", why
+
+
 def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
     """The behaviours of `dialect` ("pjreddie" when None) under `compat`. AlexeyAB's CPU code
-    has none of pjreddie's CPU quirks, so compat="darknet-cpu" adds nothing to it."""
+    has none of pjreddie's CPU quirks, but bugs of its own."""
     dialect = dialect or "pjreddie"
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, not {dialect!r}")
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
     if dialect == "alexeyab":
-        return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_rolling_momentum=0.9,
-                      weights_version=(0, 2, 5))
+        return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_delta_eps_outside_sqrt=True,
+                      bn_rolling_momentum=0.9, weights_version=(0, 2, 5), yolo_alexeyab=True,
+                      col2im_zeroes_delta=compat == "darknet-cpu",
+                      sam_overwrites_from_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,
                   overwrite_delta=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,

@@ -15,3 +15,12 @@ class WeightsError(DarknumbaError):
 
 class DataError(DarknumbaError):
     """An image, label or .data file that cannot be used."""
+
+
+class CfgWarning(UserWarning):
+    """A cfg Darknet reads differently from what it says: a key nothing reads (Darknet prints
+    `Unused field`), a key given twice."""
+
+
+class WeightsWarning(UserWarning):
+    """Weights that load but will not work: NaN or Inf values (saved by a diverged run)."""

@@ -13,7 +13,73 @@ from .errors import DarknumbaError
 from .kernels.blas import fill_cpu
 from .layers.base import Scratch, UpdateArgs
 
-POLICIES = ("constant", "step", "steps", "exp", "poly", "sig", "random")
+
+
+def _rate_constant(net, b):
+    return float(np.float32(net.learning_rate))
+
+
+def _rate_step(net, b):
+    f32 = np.float32
+    return float(f32(float(f32(net.learning_rate)) * math.pow(float(f32(net.scale)), b // net.step)))
+
+
+def _rate_steps(net, b):
+    f32 = np.float32
+    rate = f32(net.learning_rate)
+    for s, sc in zip(net.steps, net.scales):
+        if s > b:
+            break
+        rate = f32(rate * f32(sc))
+    return float(rate)
+
+
+def _rate_exp(net, b):
+    f32 = np.float32
+    return float(f32(float(f32(net.learning_rate)) * math.pow(float(f32(net.gamma)), b)))
+
+
+def _rate_poly(net, b):
+    f32 = np.float32
+    base = float(f32(1) - f32(b) / f32(net.max_batches))
+    return float(f32(float(f32(net.learning_rate)) * math.pow(base, float(f32(net.power)))))
+
+
+def _rate_random(net, b):
+    f32 = np.float32
+    return float(f32(float(f32(net.learning_rate)) * math.pow(random.random(),
+                                                               float(f32(net.power)))))
+
+
+def _rate_sig(net, b):
+    """1 / (1 + exp(gamma * (b - step))); quirks.sig_unsigned_wrap keeps Darknet's unsigned
+    `batch_num - step` (before `step` it wraps round, so the rate is 0 for gamma > 0)."""
+    f32 = np.float32
+    diff = b - net.step
+    if net.quirks.sig_unsigned_wrap and diff < 0:
+        diff += 1 << 64
+    z = float(f32(f32(net.gamma) * f32(diff)))
+    sig = 1.0 / (1.0 + math.exp(z)) if z < 709 else 0.0
+    return float(f32(float(f32(net.learning_rate)) * sig))
+
+
+def _rate_sgdr(net, b):
+    """AlexeyAB's SGDR: cosine from learning_rate to learning_rate_min over cycles of
+    sgdr_cycle batches, each sgdr_mult times longer than the one before."""
+    start, cycle = 0, net.sgdr_cycle
+    while start + cycle < b:
+        start += cycle
+        cycle *= net.sgdr_mult
+    lr, lo = float(np.float32(net.learning_rate)), float(np.float32(net.learning_rate_min))
+    return float(np.float32(lo + 0.5 * (lr - lo) * (1.0 + math.cos(
+        float(np.float32(b - start)) * 3.14159265 / cycle))))
+
+
+# get_current_rate's policies by cfg name: (net, batch_num) -> the rate after burn_in
+RATE_POLICIES = {"constant": _rate_constant, "step": _rate_step, "steps": _rate_steps,
+                 "exp": _rate_exp, "poly": _rate_poly, "sig": _rate_sig, "random": _rate_random,
+                 "sgdr": _rate_sgdr}
+POLICIES = tuple(RATE_POLICIES)
 
 
 def zero_delta(delta):
@@ -54,7 +120,9 @@ class Network:
         self.seen = 0
         self.t = 0
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
+        self.dialect_reason = "the default"
         self.cfg_path = None
+        self.allocated = True          # False: built for the layer table only (no buffers)
         # state of the pass under way (Darknet's `network` passed by value)
         self.input = None
         self.delta = None
@@ -100,6 +168,13 @@ class Network:
             self.workspace = np.zeros(size, dtype=np.float32)
 
     # -- input checks ------------------------------------------------------------------------
+    def require_buffers(self, what: str):
+        if not self.allocated:
+            raise DarknumbaError(
+                f"cannot {what}: {self.cfg_path or 'this network'} was built for its layer table "
+                f"only (allocate=False), its layers have no buffers or weights; build it with "
+                f"parse_network_cfg(..., allocate=True) or load_network to run it")
+
     def _as_input(self, x) -> np.ndarray:
         x = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
         expected = self.batch * self.inputs
@@ -125,6 +200,7 @@ class Network:
     # -- the verbs ---------------------------------------------------------------------------
     def forward(self, x, train: bool = False, truth=None) -> np.ndarray:
         """forward_network: fills every layer's output; returns the output layer's output."""
+        self.require_buffers("run forward")
         self.input = self._as_input(x)
         self.truth = self._as_truth(truth)
         self.train = bool(train)
@@ -155,6 +231,7 @@ class Network:
         """backward_network. Layer 0 gets `delta` as its net.delta (Darknet's network-level
         delta): None during training, so no input gradient is computed; a float32 buffer of
         batch*inputs receives the gradient w.r.t. the network input (added into it)."""
+        self.require_buffers("run backward")
         for i in range(self.n - 1, -1, -1):
             l = self.layers[i]
             if getattr(l, "stopbackward", 0):
@@ -169,6 +246,7 @@ class Network:
 
     def update(self):
         """update_network"""
+        self.require_buffers("update")
         self.t += 1
         a = UpdateArgs(batch=self.batch * self.subdivisions, learning_rate=self.current_rate(),
                        momentum=self.momentum, decay=self.decay, adam=self.adam,
@@ -193,51 +271,24 @@ class Network:
 
     def current_rate(self) -> float:
         """get_current_rate: float32 operands, the power/exp taken in double and the result
-        rounded to float32 once, as Darknet computes it. Under compat="darknet-cpu" the sig
-        policy keeps Darknet's unsigned `batch_num - step` (before `step` it wraps around)."""
-        f32 = np.float32
+        rounded to float32 once, as Darknet computes it; after burn_in, the policy's rule
+        (RATE_POLICIES)."""
         b = self.current_batch()
-        lr = float(f32(self.learning_rate))
-        power = float(f32(self.power))
         if b < self.burn_in:
-            return float(f32(lr * math.pow(float(f32(b) / f32(self.burn_in)), power)))
-        p = self.policy
-        if p == "constant":
-            return lr
-        if p == "step":
-            return float(f32(lr * math.pow(float(f32(self.scale)), b // self.step)))
-        if p == "steps":
-            rate = f32(lr)
-            for s, sc in zip(self.steps, self.scales):
-                if s > b:
-                    break
-                rate = f32(rate * f32(sc))
-            return float(rate)
-        if p == "exp":
-            return float(f32(lr * math.pow(float(f32(self.gamma)), b)))
-        if p == "poly":
-            base = float(f32(1) - f32(b) / f32(self.max_batches))
-            return float(f32(lr * math.pow(base, power)))
-        if p == "random":
-            return float(f32(lr * math.pow(random.random(), power)))
-        if p == "sig":
-            diff = b - self.step
-            if self.quirks.sig_unsigned_wrap and diff < 0:
-                diff += 1 << 64
-            z = float(f32(f32(self.gamma) * f32(diff)))
-            sig = 1.0 / (1.0 + math.exp(z)) if z < 709 else 0.0
-            return float(f32(lr * sig))
-        return lr
+            lr = float(np.float32(self.learning_rate))
+            power = float(np.float32(self.power))
+            return float(np.float32(lr * math.pow(float(np.float32(b) / np.float32(self.burn_in)),
+                                                  power)))
+        return RATE_POLICIES[self.policy](self, b)
 
     # -- shape changes -----------------------------------------------------------------------
     def resize(self, w: int, h: int):
         """resize_network: new input size, every layer's buffers reallocated to fit."""
+        self.require_buffers("resize")
         self.w, self.h = w, h
         c = self.c
         for l in self.layers:
-            if l.type == "route":
-                l.resize_from(self.layers)
-            elif l.type == "shortcut":
+            if hasattr(l, "resize_from"):          # layers sized by earlier layers' outputs
                 l.resize_from(self.layers, w, h)
             elif l.type in ("dropout",):
                 prev = self.layers[self.layers.index(l) - 1]

@@ -1,21 +1,20 @@
 """Build a Network from a .cfg (Darknet's `parse_network_cfg`), and load_network."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import warnings
 
 import numpy as np
 
 from .cfg import Section, read_cfg
-from .dialect import quirks_for
-from .errors import CfgError
+from .dialect import choose_dialect, quirks_for
+from .errors import CfgError, CfgWarning, WeightsWarning
 from .layers import LAYER_TYPES
-from .layers.base import SizeParams, darknet_random_init
+from .layers import memory
+from .layers.base import SizeParams
 from .network import POLICIES, Network
-
-
-class CfgWarning(UserWarning):
-    """A cfg key that nothing reads (Darknet prints `Unused field`)."""
 
 
 def _warn_unused(s: Section):
@@ -25,14 +24,14 @@ def _warn_unused(s: Section):
 
 
 def parse_net_options(s: Section, net: Network, batch: int | None):
+    """parse_net_options, with the range of every number checked (Darknet takes a negative
+    batch, a NaN learning rate or time_steps=0 and fails later, or never)."""
     net.batch = s.find_int("batch", 1)
-    net.learning_rate = s.find_float("learning_rate", 0.001)
-    net.momentum = s.find_float("momentum", 0.9)
-    net.decay = s.find_float("decay", 0.0001)
-    subdivs = s.find_int("subdivisions", 1)
-    if subdivs < 1:
-        raise s.error("subdivisions", f"must be at least 1, found {subdivs}")
-    net.time_steps = s.find_int("time_steps", 1)
+    net.learning_rate = s.find_float("learning_rate", 0.001, at_least=0)
+    net.momentum = s.find_float("momentum", 0.9, at_least=0, below=1)
+    net.decay = s.find_float("decay", 0.0001, at_least=0)
+    subdivs = s.find_int("subdivisions", 1, at_least=1)
+    net.time_steps = s.find_int("time_steps", 1, at_least=1)
     s.find_int("notruth", 0)
     net.batch //= subdivs
     net.batch *= net.time_steps
@@ -45,49 +44,98 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
     net.random = s.find_int("random", 0)
     net.adam = bool(s.find_int("adam", 0))
     if net.adam:
-        net.B1 = s.find_float("B1", 0.9)
-        net.B2 = s.find_float("B2", 0.999)
-        net.eps = s.find_float("eps", 0.0000001)
-    net.h = s.find_int("height", 0)
-    net.w = s.find_int("width", 0)
-    net.c = s.find_int("channels", 0)
-    net.inputs = s.find_int("inputs", net.h * net.w * net.c)
-    net.max_crop = s.find_int("max_crop", net.w * 2)
-    net.min_crop = s.find_int("min_crop", net.w)
+        # Adam divides by 1 - B^t and by sqrt(v) + eps, in float32
+        net.B1 = s.find_float("B1", 0.9, at_least=0, below=1)
+        net.B2 = s.find_float("B2", 0.999, at_least=0, below=1)
+        net.eps = s.find_float("eps", 0.0000001, above=0)
+        for key, v in (("B1", net.B1), ("B2", net.B2)):
+            if np.float32(v) >= 1:
+                raise s.error(key, f"{v} rounds to 1 in float32; expected 0 <= {key} < 1")
+        if np.float32(net.eps) <= 0:
+            raise s.error("eps", f"{net.eps} rounds to 0 in float32; expected eps > 0")
+    net.h = s.find_int("height", 0, at_least=0)
+    net.w = s.find_int("width", 0, at_least=0)
+    net.c = s.find_int("channels", 0, at_least=0)
+    net.inputs = s.find_int("inputs", net.h * net.w * net.c, at_least=0)
+    net.max_crop = s.find_int("max_crop", net.w * 2, at_least=0)
+    net.min_crop = s.find_int("min_crop", net.w, at_least=0)
     for key in ("max_ratio", "min_ratio", "clip"):
-        s.find_float(key, 0)
+        s.find_float(key, 0, at_least=0)
     s.find_int("center", 0)
     net.angle = s.find_float("angle", 0)
-    net.aspect = s.find_float("aspect", 1)
-    net.saturation = s.find_float("saturation", 1)
-    net.exposure = s.find_float("exposure", 1)
-    net.hue = s.find_float("hue", 0)
+    net.aspect = s.find_float("aspect", 1, above=0)
+    net.saturation = s.find_float("saturation", 1, above=0)
+    net.exposure = s.find_float("exposure", 1, above=0)
+    net.hue = s.find_float("hue", 0, at_least=0)
     if not net.inputs and not (net.h and net.w and net.c):
         raise s.error(None, "no input size: set width, height and channels (or inputs)")
-    net.policy = s.find_str("policy", "constant")
-    if net.policy not in POLICIES:
-        raise s.error("policy", f"unknown policy {net.policy!r}; expected one of {', '.join(POLICIES)}")
-    net.burn_in = s.find_int("burn_in", 0)
+    net.policy = policy_name(s, net.quirks.dialect)
+    net.burn_in = s.find_int("burn_in", 0, at_least=0)
     net.power = s.find_float("power", 4)
     if net.policy == "step":
-        net.step = s.find_int("step", 1)
-        net.scale = s.find_float("scale", 1)
-    elif net.policy == "steps":
-        if not s.has("steps") or not s.has("scales"):
+        net.step = s.find_int("step", 1, at_least=1)
+        net.scale = s.find_float("scale", 1, at_least=0)
+    elif net.policy == "steps" or (net.policy == "sgdr" and s.has("steps")):
+        if net.policy == "steps" and (not s.has("steps") or not s.has("scales")):
             raise s.error(None, "policy=steps needs both steps= and scales=")
         net.steps = s.find_list("steps", int)
         net.scales = s.find_list("scales", float)
         if len(net.scales) < len(net.steps):
             raise s.error("scales", f"{len(net.steps)} steps need {len(net.steps)} scales, "
                                     f"found {len(net.scales)}")
+        if any(v < 0 for v in net.scales):
+            raise s.error("scales", f"expected scales >= 0, found {net.scales}")
     elif net.policy == "exp":
-        net.gamma = s.find_float("gamma", 1)
+        net.gamma = s.find_float("gamma", 1, at_least=0)
     elif net.policy == "sig":
         net.gamma = s.find_float("gamma", 1)
         net.step = s.find_int("step", 1)
-    net.max_batches = s.find_int("max_batches", 0)
+    net.max_batches = s.find_int("max_batches", 0, at_least=0)
     if net.policy == "poly" and net.max_batches <= 0:
         raise s.error("max_batches", "policy=poly needs max_batches > 0")
+
+
+# The cfg names of the rate policies, per dialect (AlexeyAB says "sigmoid" and adds "sgdr")
+POLICY_NAMES = {"pjreddie": {p: p for p in POLICIES if p != "sgdr"},
+                "alexeyab": {**{p: p for p in POLICIES if p != "sig"}, "sigmoid": "sig"}}
+
+
+def policy_name(s: Section, dialect: str) -> str:
+    name = s.find_str("policy", "constant")
+    names = POLICY_NAMES[dialect]
+    if name in names:
+        return names[name]
+    hint = ""
+    if dialect == "alexeyab" and name == "sig":
+        hint = " (AlexeyAB's Darknet calls it 'sigmoid'; with 'sig' it falls back to constant)"
+    elif dialect == "pjreddie" and name in ("sigmoid", "sgdr"):
+        hint = " (that is AlexeyAB's name: --dialect alexeyab)"
+    raise s.error("policy", f"unknown policy {name!r}{hint}; expected one of "
+                            f"{', '.join(names)}")
+
+
+def parse_ab_net_options(s: Section, net: Network):
+    """The [net] keys only AlexeyAB's parse_net_options reads, with its defaults: kept on the
+    network (augmentation and schedule keys are used by training; letter_box by detection)."""
+    if net.adam and not s.has("eps"):
+        net.eps = 0.000001                      # AlexeyAB's default (pjreddie 1e-7)
+    ints = {"flip": 1, "blur": 0, "gaussian_noise": 0, "mixup": 0, "cutmix": 0, "mosaic": 0,
+            "letter_box": 0, "mosaic_bound": 0, "contrastive": 0, "contrastive_jit_flip": 0,
+            "contrastive_color": 0, "unsupervised": 0, "attention": 0, "track": 0,
+            "augment_speed": 2, "try_fix_nan": 0, "weights_reject_freq": 0,
+            "equidistant_point": 0, "use_cuda_graph": 0, "dynamic_minibatch": 0,
+            "optimized_memory": 0, "sgdr_mult": 2,
+            "sequential_subdivisions": net.subdivisions, "sgdr_cycle": net.max_batches}
+    floats = {"learning_rate_min": 0.00001, "ema_alpha": 0.0, "label_smooth_eps": 0.0,
+              "resize_step": 32.0, "adversarial_lr": 0.0, "max_chart_loss": 20.0,
+              "loss_scale": 1.0, "badlabels_rejection_percentage": 0.0,
+              "num_sigmas_reject_badlabels": 0.0, "workspace_size_limit_MB": 1024.0}
+    for key, default in ints.items():
+        setattr(net, key, s.find_int(key, default))
+    for key, default in floats.items():
+        setattr(net, key.lower(), s.find_float(key, default))
+    net.sequential_subdivisions = min(net.sequential_subdivisions, net.subdivisions)
+    net.seq_scales = s.find_list("seq_scales", float) if s.has("seq_scales") else []
 
 
 def _generic_options(s: Section, l):
@@ -97,39 +145,26 @@ def _generic_options(s: Section, l):
     l.stopbackward = s.find_int("stopbackward", 0)
     l.dontsave = bool(s.find_int("dontsave", 0))
     l.dontload = bool(s.find_int("dontload", 0))
-    l.numload = s.find_int("numload", 0)
+    l.numload = s.find_int("numload", 0, at_least=0)
     l.dontloadscales = bool(s.find_int("dontloadscales", 0))
-    l.learning_rate_scale = s.find_float("learning_rate", 1.0)
+    l.learning_rate_scale = s.find_float("learning_rate", 1.0, at_least=0)
     l.smooth = s.find_float("smooth", 0.0)
 
 
 def init_weights(net: Network, seed: int = 0, start: int = 0):
-    """Darknet's random initialisation (`darknet_random_init`) of layers [start, n), seeded."""
+    """Darknet's random initialisation (each layer's random_init) of layers [start, n), seeded."""
     rng = np.random.default_rng([seed, 1])
     for l in net.layers[start:]:
-        darknet_random_init(l, rng)
+        l.random_init(rng)
 
 
-def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
-                      seed: int | None = 0, dialect: str | None = None) -> Network:
-    """Read a .cfg and build every layer with the shapes Darknet computes; weights start
-    from Darknet's random initialisation with `seed` (None: left at zero)."""
-    quirks = quirks_for(dialect, compat)
-    path = os.fspath(path)
-    sections = read_cfg(path)
-    first = sections[0]
-    if first.type not in ("net", "network"):
-        raise CfgError(f"{path}:{first.line}: the first section must be [net] or [network], "
-                       f"found [{first.type}]")
-    net = Network()
-    net.cfg_path = path
-    net.quirks = quirks
-    parse_net_options(first, net, batch)
-    _warn_unused(first)
-    if len(sections) == 1:
-        raise CfgError(f"{path}: no layers after [net]")
+log = logging.getLogger("darknumba")
+
+
+def _build_layers(net: Network, sections: list[Section], path: str, b: memory.MemoryBudget):
+    """parse_network_cfg's loop: each section's layer sized from the one before it."""
     h, w, c, inputs = net.h, net.w, net.c, net.inputs
-    for index, s in enumerate(sections[1:]):
+    for index, s in enumerate(sections):
         if s.type in ("net", "network"):
             raise CfgError(f"{s.where()}: a second [net] section (layer {index})")
         cls = LAYER_TYPES.get(s.type)
@@ -139,13 +174,62 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
                            f"supported: {known}")
         params = SizeParams(batch=net.batch, h=h, w=w, c=c, inputs=inputs, index=index, net=net,
                             path=path)
-        l = cls.from_cfg(s, params)
+        b.start_layer()
+        try:
+            l = cls.from_cfg(s, params)
+            b.take_workspace(4 * l.workspace_size)
+        except memory.SizeError as e:
+            raise CfgError(f"{s.where()}: layer {index}: {e}") from None
         _generic_options(s, l)
         _warn_unused(s)
         net.layers.append(l)
         h, w, c, inputs = l.out_h, l.out_w, l.out_c, l.outputs
-    if net.inputs == 0:
-        net.inputs = net.layers[0].inputs
+
+
+def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
+                      seed: int | None = 0, dialect: str | None = None,
+                      weights_version: tuple | None = None, max_bytes: int | None = None,
+                      allocate: bool = True) -> Network:
+    """Read a .cfg and build every layer with the shapes Darknet computes; weights start
+    from Darknet's random initialisation with `seed` (None: left at zero).
+
+    dialect: "pjreddie" or "alexeyab"; None chooses (see dialect.choose_dialect: the cfg's
+    AlexeyAB-only sections and keys, then `weights_version`, the header of the .weights
+    about to be loaded). net.dialect and net.dialect_reason say which and why.
+
+    Every layer's buffers are counted before they are allocated: a layer that would take more
+    than max_bytes / 4, or a network more than max_bytes (default 16 GiB, or
+    DARKNUMBA_MAX_GIB), is a CfgError naming the layer and the bytes.
+
+    allocate=False builds the layer table alone (shapes, BFLOPs): no buffer gets memory, the
+    weights stay unset, and the network refuses to run."""
+    path = os.fspath(path)
+    sections = read_cfg(path)
+    dialect, reason = choose_dialect(sections, dialect, weights_version)
+    quirks = quirks_for(dialect, compat)
+    log.info("dialect: %s (%s)", dialect, reason)
+    first = sections[0]
+    if first.type not in ("net", "network"):
+        raise CfgError(f"{path}:{first.line}: the first section must be [net] or [network], "
+                       f"found [{first.type}]")
+    net = Network()
+    net.cfg_path = path
+    net.quirks = quirks
+    net.dialect_reason = reason
+    parse_net_options(first, net, batch)
+    if quirks.dialect == "alexeyab":
+        parse_ab_net_options(first, net)
+    _warn_unused(first)
+    if len(sections) == 1:
+        raise CfgError(f"{path}: no layers after [net]")
+    with memory.budget(max_bytes or memory.max_bytes_from_env()) as b, \
+            (contextlib.nullcontext() if allocate else memory.shapes_only()):
+        _build_layers(net, sections[1:], path, b)
+        if net.inputs == 0:
+            net.inputs = net.layers[0].inputs
+    if not allocate:
+        net.allocated = False
+        return net
     net.alloc_workspace()
     if seed is not None:
         init_weights(net, seed)
@@ -153,14 +237,21 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
-                 clear: bool = False) -> Network:
+                 clear: bool = False, dialect: str | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
-    batch/subdivisions."""
-    from .weights import load_weights
-    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0)
+    batch/subdivisions. Weights holding NaN or Inf give one WeightsWarning naming the layers."""
+    from .weights import describe_nonfinite, load_weights, nonfinite_layers, peek_version
+    net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
+                            dialect=dialect,
+                            weights_version=peek_version(weights) if weights else None)
     if weights is not None:
         load_weights(net, weights)
+        bad = nonfinite_layers(net)
+        if bad:
+            warnings.warn(WeightsWarning(f"{os.fspath(weights)}: NaN or Inf weights in "
+                                         f"{describe_nonfinite(bad)}: outputs will be NaN "
+                                         f"(saved by a diverged run?)"), stacklevel=2)
     if clear:
         net.seen = 0
     return net

@@ -10,7 +10,6 @@ from __future__ import annotations
 import io
 import struct
 import zlib
-from pathlib import Path
 
 import numpy as np
 from fuzz_fixtures import ROOT, small_cfg

@@ -12,13 +12,11 @@ Profiles (DARKNUMBA_FUZZ):
   ./fuzz-found) as a corpus entry (copy it into corpus/ with an `xfail` reason until fixed).
 """
 import os
-import re
 import shutil
 import time
 from pathlib import Path
 
 import fuzz_cases as fc
-import numpy as np
 import fuzz_fixtures
 import pytest
 from fuzz_runner import Case, report, run_cases
@@ -74,24 +72,7 @@ def save_findings(outcomes, folder: Path) -> list[Path]:
 # weights.py), each a reason and a test on (outcome, the line that shows the break): a run whose
 # every break is one of these is an expected failure (xfail) until the fix lands; any other break
 # fails the test. Delete an entry once its fix is merged.
-def _nonfinite_weights(o) -> bool:
-    """Weights with NaN, Inf, or values so large that a forward pass overflows to them."""
-    data = o.case.files.get("w.weights", b"")[20:]
-    a = np.frombuffer(data[:len(data) // 4 * 4], "<f4")
-    with np.errstate(invalid="ignore"):
-        return bool(a.size) and not (np.abs(a) < 1e30).all()
-
-
-KNOWN_ENGINE = [
-    ("engine: box_iou in do_nms_sort_cpu (kernels/box.py) divides by a zero union: zero-area or "
-     "inf boxes of an untrained or diverged network",
-     lambda o, line: re.search(r"ZeroDivisionError: division by zero at box\.py:\d+", line)),
-    ("engine: NaN/Inf weights give NaN objectness, which the yolo detection kernel counts in one "
-     "pass and writes in another: out-of-bounds writes, segfaults, heap aborts (IndexError under "
-     "NUMBA_BOUNDSCHECK=1)",
-     lambda o, line: _nonfinite_weights(o) and (o.verdict in ("crash", "hang")
-                                                or "IndexError: index is out of bounds" in line)),
-]
+KNOWN_ENGINE: list = []
 
 
 def known_engine(outcome) -> str | None:

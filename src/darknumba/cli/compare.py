@@ -29,7 +29,8 @@ def compare(
         "--train", help="one train_network_datum step: deltas, gradients, updated weights")] = False,
     truth: Annotated[Optional[Path], typer.Option(
         "--truth", exists=True, dir_okay=False,
-        help="truth for --train: raw float32 / .npy (batch x truths), or yolo labels .txt "
+        help="truth for --train: raw float32 / .npy (batch x truths), or labels .txt for yolo "
+             "and region networks "
              "(class x y w h, relative to the network input)")] = None,
     batch: Annotated[Optional[int], typer.Option(
         min=1, help="images per pass (default: 1 forward, the cfg's batch/subdivisions with "
@@ -41,8 +42,9 @@ def compare(
         "--dump", file_okay=False,
         help="save both sides' tensors to DIR/darknumba.npz and DIR/darknet.npz")] = None,
     perturb: Annotated[Optional[str], typer.Option(
-        "--perturb", metavar="LAYER[:INDEX]",
-        help="self-test: change one weight on darknumba's side; the report must name LAYER")] = None,
+        "--perturb", metavar="LAYER[:INDEX[:SIZE]]",
+        help="self-test: add SIZE (default 0.1) x the layer's largest |weight| to one weight "
+             "on darknumba's side; the report must name LAYER")] = None,
     timeout: Annotated[Optional[float], typer.Option(
         help="seconds to wait for C darknet")] = None,
 ):

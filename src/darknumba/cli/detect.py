@@ -6,47 +6,25 @@ and a drawn predictions.png. Many (folders, globs, list files): batched, with a 
 one JSON line per image with --json."""
 from __future__ import annotations
 
-import glob
 import json
 import sys
 import time
-from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from ..errors import DataError
-from ..textfile import read_text
-from .options import not_nan
+from .options import DialectOption, not_nan
 
-IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
-              ".pgm", ".pnm", ".tga"}
-LIST_EXTS = {".txt", ".list"}
 DEFAULT_CFG = "cfg/yolov3-tiny.cfg"
-DEFAULT_NAMES = "cfg/coco.names"
 DEFAULT_WEIGHTS = "yolov3-tiny"
 SAMPLE = ("skimage", "data/coffee.png")     # CC0 photo; yolov3-tiny: cup 64%
 
 
 # -- where the defaults live -------------------------------------------------------------------
-def search_roots() -> list[Path]:
-    """Folders searched for cfg/...: the current one, then the source checkout this package
-    runs from (an editable install), then the package's own data folder."""
-    pkg = Path(__file__).resolve().parents[1]
-    return [Path.cwd(), pkg.parents[1], pkg / "resources"]
-
-
-def find_default(rel: str) -> Path | None:
-    for root in search_roots():
-        p = root / rel
-        if p.is_file():
-            return p
-    return None
-
-
 def default_cfg() -> Path:
+    from ..vision.detector import find_default, search_roots
     p = find_default(DEFAULT_CFG)
     if p is None:
         raise DataError(f"{DEFAULT_CFG} not found in " + ", ".join(map(str, search_roots()))
@@ -62,7 +40,7 @@ def default_weights(cfg: Path) -> Path:
     path = folder / f"{DEFAULT_WEIGHTS}.weights"
     if path.is_file():
         return path
-    return fetch_weights(DEFAULT_WEIGHTS, folder, log=lambda m: typer.echo(m, err=True))
+    return fetch_weights(DEFAULT_WEIGHTS, folder, log=warn)
 
 
 def sample_image() -> Path:
@@ -77,106 +55,11 @@ def sample_image() -> Path:
                     f"scikit-image): pass an IMAGE")
 
 
-def get_labels(path) -> list[str]:
-    """get_labels: one name per line."""
-    from ..data.datasets import read_list
-    return read_list(path, what="names file")
+def warn(msg: str):
+    typer.echo(msg, err=True)
 
 
-def class_names(names: Optional[Path], cfg: Path, classes: int) -> list[str]:
-    """Names from --names, else coco.names beside the cfg or in cfg/; numbers if none fits."""
-    if names is not None:
-        found = get_labels(names)
-        if len(found) < classes:
-            raise DataError(f"{names} has {len(found)} names, the cfg's detection layers "
-                            f"have {classes} classes")
-        return found
-    for p in [cfg.parent / "coco.names", find_default(DEFAULT_NAMES)]:
-        if p is not None and p.is_file():
-            found = get_labels(p)
-            if len(found) >= classes:
-                return found
-    typer.echo(f"no names file with {classes} names found (pass --names): printing class "
-               f"numbers", err=True)
-    return [str(i) for i in range(classes)]
-
-
-# -- which images ------------------------------------------------------------------------------
-def _is_image(p: Path) -> bool:
-    return p.suffix.lower() in IMAGE_EXTS
-
-
-def expand_images(args: list[str]) -> list[Path]:
-    """Image paths from arguments: files, folders (their images, sorted), globs, and text
-    lists of paths (.txt/.list, one per line, as Darknet's list files)."""
-    out: list[Path] = []
-    for a in args:
-        p = Path(a)
-        if p.is_dir():
-            found = sorted(q for q in p.rglob("*") if q.is_file() and _is_image(q))
-            if not found:
-                raise DataError(f"no images found in folder {p}")
-            out += found
-        elif p.is_file() and p.suffix.lower() in LIST_EXTS:
-            lines = [s.strip() for s in read_text(p, "image list", DataError).splitlines()]
-            found = [Path(s) for s in lines if s and not s.startswith("#")]
-            if not found:
-                raise DataError(f"list file {p} names no images")
-            out += found
-        elif p.exists():
-            out.append(p)
-        elif glob.has_magic(a):
-            found = sorted(Path(s) for s in glob.glob(a, recursive=True) if Path(s).is_file())
-            if not found:
-                raise DataError(f"no files match {a}")
-            out += found
-        else:
-            raise DataError(f"image not found: {p}")
-    return out
-
-
-# -- running -----------------------------------------------------------------------------------
-def _load(path: Path, c: int):
-    from ..vision.image import load_image
-    try:
-        return load_image(path, c=c), None
-    except DataError as e:
-        return None, str(e)
-
-
-def _prefetched(paths: list[Path], ahead: int, c: int):
-    """(path, image or None, error) in order, decoded with c channels by a worker thread
-    `ahead` images early (Pillow releases the GIL while it decodes)."""
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        queue = deque()
-        for p in paths:
-            queue.append((p, pool.submit(_load, p, c)))
-            if len(queue) > ahead:
-                q, f = queue.popleft()
-                yield (q, *f.result())
-        while queue:
-            q, f = queue.popleft()
-            yield (q, *f.result())
-
-
-def _batches(paths: list[Path], batch: int, c: int, skipped: list, single: bool):
-    """Lists of (path, image) of at most `batch`; unreadable images are an error for a single
-    image, else reported and skipped."""
-    chunk = []
-    for path, im, err in _prefetched(paths, 2 * batch, c):
-        if im is None:
-            if single:
-                raise DataError(err)
-            skipped.append(err)
-            continue
-        chunk.append((path, im))
-        if len(chunk) == batch:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
+# -- printing ----------------------------------------------------------------------------------
 def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | None:
     if single:
         return out if out is not None else Path("predictions.png")
@@ -190,34 +73,14 @@ def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | N
     return out / name
 
 
-def load_detector(cfg: Path, weights: Path, batch: int, names_file: Optional[Path] = None,
-                  names: list[str] | None = None):
-    """(net, class names) for detection: the network at `batch`, checked to have yolo outputs."""
-    from ..parser import load_network
-    from ..vision.box import detection_layers
-    net = load_network(cfg, weights, batch=batch)
-    classes = detection_layers(net)[-1].classes
-    if names is None:
-        names = class_names(names_file, Path(cfg), classes)
-    elif len(names) < classes:
-        raise DataError(f"the names file has {len(names)} names, the cfg's detection layers have "
-                        f"{classes} classes")
-    return net, names
-
-
-def run_detection(net, names: list[str], paths: list[Path], thresh: float = 0.5,
-                  hier: float = 0.5, nms: float = 0.45, out: Optional[Path] = None,
-                  json_out: Optional[str] = None, letterbox: bool = True) -> int:
-    """Detect on every image, net.batch at a time; print Darknet's lines (unless the JSON goes
-    to stdout), draw to `out`, write JSON lines. Returns the number of images done."""
+def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
+                  json_out: Optional[str] = None) -> int:
+    """Detect on every image with a vision.detector.Detector; print Darknet's lines (unless the JSON goes to stdout), draw to
+    `out`, write JSON lines. One image: an unreadable file is an error; several: it is
+    reported at the end and skipped, with a progress bar. Returns the number of images done."""
     from tqdm import tqdm
 
-    from ..vision.box import detect, detection_layers, detection_results, format_lines
-    from ..vision.draw import draw_detections, save_png
-
     single = len(paths) == 1
-    batch = net.batch
-    classes = detection_layers(net)[-1].classes
     text = json_out != "-"
     jf = None
     if json_out == "-":
@@ -232,46 +95,39 @@ def run_detection(net, names: list[str], paths: list[Path], thresh: float = 0.5,
     echo = typer.echo if single else bar.write
     start = time.perf_counter()
     try:
-        for chunk in _batches(paths, batch, net.c, skipped, single):
-            t0 = time.perf_counter()
-            all_dets = detect(net, [im for _, im in chunk], thresh, hier, nms, letterbox)
-            seconds = (time.perf_counter() - t0) / len(chunk)
-            for (path, im), dets in zip(chunk, all_dets):
-                h, w = im.shape[1:]
-                results = detection_results(dets, w, h, thresh, names)
-                if text:
-                    echo(f"{path}: Predicted in {seconds:f} seconds.")
-                    for line in format_lines(results):
-                        echo(line)
-                target = _out_path(out, path, single, used)
-                if target is not None:
-                    save_png(draw_detections(im, results, classes), target)
-                    if single:
-                        typer.echo(f"drawn predictions: {target}", err=True)
-                if jf is not None:
-                    jf.write(json.dumps(_json_record(path, w, h, results)) + "\n")
-                    jf.flush()
-            done += len(chunk)
-            bar.update(done + len(skipped) - bar.n)
+        for p in detector.run(paths):
+            bar.update(1)
+            if p.error is not None:
+                if single:
+                    raise DataError(p.error)
+                skipped.append(p.error)
+                continue
+            if text:
+                echo(f"{p.source}: Predicted in {1000 * p.seconds:f} milli-seconds."
+                     if detector.alexeyab else f"{p.source}: Predicted in {p.seconds:f} seconds.")
+                for line in p.lines():
+                    echo(line)
+            target = _out_path(out, Path(p.source), single, used)
+            if target is not None:
+                p.draw(target)
+                if single:
+                    warn(f"drawn predictions: {target}")
+            if jf is not None:
+                jf.write(json.dumps(p.record) + "\n")
+                jf.flush()
+            done += 1
     finally:
         bar.close()
         if jf is not None and jf is not sys.stdout:
             jf.close()
     elapsed = time.perf_counter() - start
     for err in skipped:
-        typer.echo(f"skipped: {err}", err=True)
+        warn(f"skipped: {err}")
     if not single:
-        typer.echo(f"{done} images in {elapsed:.1f} s ({done / max(elapsed, 1e-9):.2f} images/s)"
-                   + (f", {len(skipped)} unreadable skipped" if skipped else "")
-                   + (f"; drawn into {out}" if out is not None else ""), err=True)
+        warn(f"{done} images in {elapsed:.1f} s ({done / max(elapsed, 1e-9):.2f} images/s)"
+             + (f", {len(skipped)} unreadable skipped" if skipped else "")
+             + (f"; drawn into {out}" if out is not None else ""))
     return done
-
-
-def _json_record(path: Path, w: int, h: int, results: list[dict]) -> dict:
-    keys = ("box", "class_id", "name", "prob", "left", "top", "right", "bottom", "x", "y", "w", "h",
-            "objectness")
-    return {"image": str(path), "width": int(w), "height": int(h),
-            "detections": [{k: d[k] for k in keys} for d in results]}
 
 
 def _user_file(arg: str, what: str) -> Path:
@@ -312,12 +168,23 @@ def detect(
     names: Annotated[Optional[Path], typer.Option(
         exists=True, dir_okay=False, help="class names, one per line (default: coco.names)",
         show_default=False)] = None,
-    letterbox: Annotated[bool, typer.Option(
+    letterbox: Annotated[Optional[bool], typer.Option(
         "--letterbox/--resize", help="keep the aspect ratio (Darknet's letterbox) or stretch "
-                                     "to the network size")] = True,
+                                     "to the network size (default: the dialect's rule: "
+                                     "pjreddie letterboxes, AlexeyAB stretches unless [net] "
+                                     "letter_box=1)", show_default=False)] = None,
+    letter_box: Annotated[bool, typer.Option(
+        "-letter_box", help="AlexeyAB's flag: letterbox (as --letterbox)")] = False,
+    ext_output: Annotated[bool, typer.Option(
+        "--ext-output", "-ext_output", help="print each box's left_x, top_y, width, height "
+                                            "(AlexeyAB's -ext_output)")] = False,
+    dont_show: Annotated[bool, typer.Option(
+        "-dont_show", help="accepted for Darknet commands; no window is ever shown")] = False,
+    dialect: DialectOption = None,
 ):
     """Detect objects as `./darknet detect` does: prints `name: NN%` per box and class, draws
     the boxes. With no arguments, runs yolov3-tiny on a sample photo."""
+    from ..vision.detector import Detector, expand_images
     args = [a for a in (cfg, str(weights) if weights is not None else None) if a is not None]
     args += list(images or [])
     if args and Path(args[0]).suffix.lower() == ".cfg":
@@ -331,9 +198,11 @@ def detect(
         weights_path = default_weights(cfg_path)
         image_args = args
     paths = expand_images(image_args) if image_args else [sample_image()]
-    net, class_list = load_detector(cfg_path, weights_path, min(batch, len(paths)), names)
-    run_detection(net, class_list, paths, thresh=thresh, hier=hier, nms=nms, out=out,
-                  json_out=json_out, letterbox=letterbox)
+    detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
+                        nms=nms, hier=hier, names=names,
+                        letterbox=True if letter_box else letterbox, dialect=dialect,
+                        ext_output=ext_output, log=warn)
+    run_detection(detector, paths, out=out, json_out=json_out)
 
 
 def register(app: typer.Typer):

@@ -8,48 +8,37 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import DataError
-from ..textfile import read_text
-from .detect import expand_images, get_labels, load_detector, run_detection
-from .options import not_nan
+from .detect import run_detection, warn
+from .options import DialectOption, not_nan
 
 
-def names_from_data(datacfg: Path) -> list[str]:
-    """The class names of a Darknet .data file: its `names` (else `labels`) entry, default
-    data/names.list as in test_detector; a relative path is tried from the working directory
-    (Darknet's rule), then from the folder above the .data file's, then from its own folder."""
-    lines = read_text(datacfg, ".data file", DataError).splitlines()
-    opts = {}
-    for line in lines:
-        s = line.strip()
-        if s and s[0] not in "#;" and "=" in s:
-            k, v = s.split("=", 1)
-            opts[k.strip()] = v.strip()
-    rel = opts.get("names") or opts.get("labels") or "data/names.list"
-    here = Path(datacfg).resolve().parent
-    for p in (Path(rel), here.parent / rel, here / rel):
-        if p.is_file():
-            return get_labels(p)
-    raise DataError(f"names file {rel} (from {datacfg}) not found")
+SWITCHES = ("ext_output", "dont_show", "letter_box")
 
 
 def _darknet_flags(extra: list[str]) -> dict:
-    """Darknet's single-dash options after the positional arguments: -thresh, -hier, -out."""
+    """Darknet's single-dash options after the positional arguments: -thresh, -hier, -out,
+    -nms with a value; AlexeyAB's switches -ext_output, -dont_show, -letter_box."""
     flags, i = {}, 0
     while i < len(extra):
         key = extra[i].lstrip("-")
         if key in ("thresh", "hier", "out", "nms") and i + 1 < len(extra):
             flags[key] = extra[i + 1]
             i += 2
+        elif key in SWITCHES:
+            flags[key] = True
+            i += 1
         else:
             raise typer.BadParameter(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X "
-                                     f"-out NAME)")
+                                     f"-out NAME, -ext_output, -dont_show, -letter_box)")
     return flags
 
 
-def _number(flags: dict, key: str, default: float) -> float:
+def _number(flags: dict, key: str, default: float | None) -> float | None:
+    """-KEY's value as a checked number; `default` (already checked) when not given."""
+    if key not in flags:
+        return default
     try:
-        value = float(flags.get(key, default))
+        value = float(flags[key])
     except ValueError:
         raise typer.BadParameter(f"-{key} takes a number, not {flags[key]!r}") from None
     return not_nan(value)
@@ -64,22 +53,35 @@ def detector_test(
     image: Annotated[Optional[str], typer.Argument(
         help="the image (none: ask for paths on stdin, as Darknet does)",
         show_default=False)] = None,
-    thresh: Annotated[float, typer.Option(callback=not_nan, help="class probability threshold (or -thresh)")] = 0.5,
+    thresh: Annotated[Optional[float], typer.Option(
+        callback=not_nan, help="class probability threshold (or -thresh; default 0.5, "
+                               "AlexeyAB's 0.25)", show_default=False)] = None,
     hier: Annotated[float, typer.Option(callback=not_nan, help="hierarchical threshold (or -hier)")] = 0.5,
     nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU threshold")] = 0.45,
     out: Annotated[str, typer.Option(help="drawing, PNG; `.png` is added when the name has no "
                                           "suffix (or -out)")] = "predictions",
+    dialect: DialectOption = None,
 ):
-    """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`."""
+    """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`,
+    and AlexeyAB's -ext_output, -dont_show (accepted: nothing is shown), -letter_box. An
+    AlexeyAB network detects as its detector test does: stretched to the network unless
+    -letter_box or [net] letter_box=1, threshold 0.25, its NMS kind and print order."""
+    from ..data.datasets import names_file_of
+    from ..vision.detector import Detector, expand_images
     flags = _darknet_flags(ctx.args)
     thresh, hier, nms = (_number(flags, k, v) for k, v in
                          (("thresh", thresh), ("hier", hier), ("nms", nms)))
     target = Path(flags.get("out", out))
     if not target.suffix:
         target = target.with_name(target.name + ".png")
-    net, names = load_detector(cfg, weights, 1, names=names_from_data(datacfg))
+    detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
+                        nms=nms, names=names_file_of(datacfg), dialect=dialect,
+                        letterbox=True if flags.get("letter_box") else None,
+                        ext_output=bool(flags.get("ext_output")), log=warn)
+    if thresh is None and detector.alexeyab:
+        detector.thresh = 0.25                  # AlexeyAB's detector test default
     if image is not None:
-        run_detection(net, names, expand_images([image])[:1], thresh, hier, nms, out=target)
+        run_detection(detector, expand_images([image])[:1], out=target)
         return
     while True:
         typer.echo("Enter Image Path: ", nl=False)
@@ -87,7 +89,7 @@ def detector_test(
         if not line:
             return
         if line.strip():
-            run_detection(net, names, [Path(line.strip())], thresh, hier, nms, out=target)
+            run_detection(detector, [Path(line.strip())], out=target)
 
 
 def register(app: typer.Typer):

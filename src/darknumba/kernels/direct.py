@@ -20,7 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import activate_row
-from .fused import add_bias_row, bn_divisor, normalize_scale_bias_row
+from .fused import add_bias_row, normalize_scale_bias_row
 
 ROWS_PER_TASK = 8   # output rows per parallel iteration (strip and accumulators allocated once)
 
@@ -90,13 +90,13 @@ def _chan(n_a, m_a, m2_a, n_b, m_b, m2_b):
 
 
 @njit(parallel=True, cache=True, fastmath={"contract"})
-def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_mean, bn_variance,
+def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_mean, bn_divisor,
                        scales, biases, act, stats_mean, stats_variance):
     """out = conv(x, weights) (or out += with accumulate): 3x3, stride 1, zero padding `pad`.
 
     The layer's next sweep is done on each row while it is in cache (empty arrays switch a
     part off):
-    - biases non-empty: the epilogue, act(((v - bn_mean) / (sqrt(bn_variance) + 1e-6)) *
+    - biases non-empty: the epilogue, act(((v - bn_mean) / bn_divisor) *
       scales + biases) with batch norm (bn_mean non-empty) or act(v + biases) without: the
       operations of batchnorm_bias_activate / bias_activate, contracted into multiply-adds
       (within one float32 rounding of the separate sweep);
@@ -134,7 +134,7 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                     row = acc[q]
                     if epilogue:
                         if bn:
-                            normalize_scale_bias_row(row, bn_mean[f], bn_divisor(bn_variance[f]),
+                            normalize_scale_bias_row(row, bn_mean[f], bn_divisor[f],
                                                      scales[f], biases[f])
                         else:
                             add_bias_row(row, biases[f])
@@ -159,7 +159,8 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                     n_a, m_a, m2_a = _chan(n_a, m_a, m2_a, moments[task, f, 0],
                                            moments[task, f, 1], moments[task, f, 2])
             stats_mean[f] = np.float32(m_a)
-            stats_variance[f] = np.float32(m2_a / (n_a - 1))
+            # one value per channel: Darknet's 1/(n-1) is inf, times 0
+            stats_variance[f] = np.float32(m2_a / (n_a - 1)) if n_a > 1 else np.nan
 
 
 @njit(cache=True, inline="always")

@@ -7,6 +7,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import activate_row
+from .blas import c_reciprocal
 
 CHUNK = 4096
 
@@ -14,7 +15,7 @@ CHUNK = 4096
 @njit(cache=True, inline="always")
 def normalize_scale_bias_row(row, m, d, s, bias):
     """row = ((row - mean) / d) * scale + bias: normalize_cpu, scale_bias and add_bias on one
-    row, in their order (d = bn_divisor(variance))."""
+    row, in their order (d = the channel's bn_divisors entry)."""
     for k in range(row.size):
         row[k] = ((row[k] - m) / d) * s + bias
 
@@ -26,12 +27,12 @@ def add_bias_row(row, bias):
 
 
 @njit(parallel=True, cache=True)
-def batchnorm_bias_activate(x, mean, variance, scales, biases, batch, filters, spatial, a):
+def batchnorm_bias_activate(x, mean, divisor, scales, biases, batch, filters, spatial, a):
     for bf in prange(batch * filters):
         f = bf % filters
         base = bf * spatial
         m = mean[f]
-        d = bn_divisor(variance[f])
+        d = divisor[f]
         s = scales[f]
         bias = biases[f]
         for lo in range(0, spatial, CHUNK):   # chunks stay in cache between the two sweeps
@@ -51,14 +52,19 @@ def bias_activate(x, biases, batch, filters, spatial, a):
             activate_row(row, a)
 
 
-@njit(cache=True, inline="always")
-def bn_divisor(variance):
-    """sqrt(var) + 1e-6: the forward pass's normaliser (epsilon outside the sqrt)."""
-    return np.float32(math.sqrt(variance)) + np.float32(0.000001)
+@njit(cache=True)
+def bn_divisors(variance, eps_inside_sqrt, out):
+    """The forward pass's normaliser per channel: pjreddie's sqrt(var) + 1e-6 (epsilon outside
+    the root, normalize_cpu), or AlexeyAB's sqrt(var + 1e-5) (eps_inside_sqrt)."""
+    for f in range(variance.size):
+        if eps_inside_sqrt:
+            out[f] = np.float32(math.sqrt(variance[f] + np.float32(0.00001)))
+        else:
+            out[f] = np.float32(math.sqrt(variance[f])) + np.float32(0.000001)
 
 
 @njit(parallel=True, cache=True)
-def batchnorm_train_epilogue(x, x_saved, mean, variance, scales, biases, batch, filters, spatial,
+def batchnorm_train_epilogue(x, x_saved, mean, divisor, scales, biases, batch, filters, spatial,
                              a):
     """The train-mode tail of Darknet's forward_batchnorm_layer in one sweep, same float
     operations in the same order: keep x, normalise with the batch statistics, scale, add the
@@ -67,7 +73,7 @@ def batchnorm_train_epilogue(x, x_saved, mean, variance, scales, biases, batch, 
         f = bf % filters
         base = bf * spatial
         m = mean[f]
-        d = bn_divisor(variance[f])
+        d = divisor[f]
         s = scales[f]
         bias = biases[f]
         for lo in range(0, spatial, CHUNK):
@@ -80,12 +86,12 @@ def batchnorm_train_epilogue(x, x_saved, mean, variance, scales, biases, batch, 
 
 
 @njit(parallel=True, cache=True)
-def batchnorm_x_norm(x, mean, variance, batch, filters, spatial, x_norm):
-    """x_norm = (x - mean) / (sqrt(var) + 1e-6), as the forward pass computed it."""
+def batchnorm_x_norm(x, mean, divisor, batch, filters, spatial, x_norm):
+    """x_norm = (x - mean) / divisor (see bn_divisors), as the forward pass computed it."""
     for bf in prange(batch * filters):
         f = bf % filters
         m = mean[f]
-        d = bn_divisor(variance[f])
+        d = divisor[f]
         src = x[bf * spatial:(bf + 1) * spatial]
         dst = x_norm[bf * spatial:(bf + 1) * spatial]
         for k in range(spatial):
@@ -95,15 +101,16 @@ def batchnorm_x_norm(x, mean, variance, batch, filters, spatial, x_norm):
 @njit(parallel=True, cache=True, fastmath={"reassoc"})
 def batchnorm_backward(delta, x, mean, variance, scales, batch, filters, spatial,
                        bias_updates, scale_updates, mean_delta, variance_delta, x_mean,
-                       x_variance):
+                       x_divisor, delta_eps_outside_sqrt):
     """Darknet's backward_batchnorm_layer (backward_bias, backward_scale_cpu, scale_bias,
     mean_delta_cpu, variance_delta_cpu, normalize_delta_cpu) in two sweeps instead of seven:
     the three per-channel sums at once (float64), then the delta rewrite. x_norm is recomputed
-    from x with the forward pass's statistics x_mean / x_variance and float operations (so it
+    from x with the forward pass's statistics x_mean / x_divisor and float operations (so it
     equals what forward computed, bit for bit); mean / variance are the statistics the
     gradient goes through (the batch's in train mode). The scale is applied to the sums
     rather than to every delta first, a reassociation far below float32 precision. Epsilon
-    1e-5 inside the sqrt, as Darknet's backward."""
+    1e-5 inside the sqrt, as Darknet's backward; AlexeyAB's normalize_delta_cpu alone divides
+    by sqrt(var) + 1e-5 (delta_eps_outside_sqrt)."""
     inv_n = 1.0 / (spatial * batch)
     for f in prange(filters):
         s1 = 0.0
@@ -111,7 +118,7 @@ def batchnorm_backward(delta, x, mean, variance, scales, batch, filters, spatial
         s3 = 0.0
         m = mean[f]
         xm = x_mean[f]
-        xd = bn_divisor(x_variance[f])
+        xd = x_divisor[f]
         for b in range(batch):
             base = (b * filters + f) * spatial
             d = delta[base:base + spatial]
@@ -125,11 +132,14 @@ def batchnorm_backward(delta, x, mean, variance, scales, batch, filters, spatial
         v = np.float64(variance[f] + np.float32(0.00001))
         bias_updates[f] += np.float32(s1)
         scale_updates[f] += np.float32(s2)
-        md = np.float32(s * s1 * (-1.0 / math.sqrt(v)))
+        inv_std = c_reciprocal(math.sqrt(v))
+        md = np.float32(s * s1 * -inv_std)
         vd = np.float32(s * s3 * (-0.5 * v ** -1.5))
         mean_delta[f] = md
         variance_delta[f] = vd
-        inv_std = 1.0 / math.sqrt(v)
+        if delta_eps_outside_sqrt:
+            inv_std = c_reciprocal(math.sqrt(np.float64(variance[f])) +
+                                   np.float64(np.float32(0.00001)))
         vdn = 2.0 * vd * inv_n
         mdn = md * inv_n
         sf = scales[f]
@@ -159,4 +169,5 @@ def mean_variance_cpu(x, batch, filters, spatial, mean, variance):
                 s1 += d
                 s2 += d * d
         mean[f] = np.float32(s + s1 / count)
-        variance[f] = np.float32((s2 - s1 * s1 / count) / (count - 1))
+        # one value per channel (batch 1, a 1x1 map): Darknet's 1/(n-1) is inf, times 0
+        variance[f] = np.float32((s2 - s1 * s1 / count) / (count - 1)) if count > 1 else np.nan

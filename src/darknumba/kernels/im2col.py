@@ -9,10 +9,11 @@ from numba import njit, prange
 
 @njit(cache=True, inline="always")
 def valid_span(col0, stride, n_out, width):
-    """[lo, hi): the outputs j whose input column col0 + j*stride lies in [0, width)."""
+    """[lo, hi): the outputs j whose input column col0 + j*stride lies in [0, width); always
+    0 <= lo <= hi <= n_out, empty when none does."""
     lo = 0
     if col0 < 0:
-        lo = (-col0 + stride - 1) // stride
+        lo = min(n_out, (-col0 + stride - 1) // stride)
     hi = n_out
     last = col0 + (n_out - 1) * stride
     if last >= width:
@@ -189,3 +190,61 @@ def _add_shifted_block(data_im, im_base, data_col, base, keep, height, width, he
     dst = data_im[dst_lo:dst_lo + hi - lo]
     for i in range(hi - lo):
         dst[i] += src[i] if k[i] else np.float32(0.0)
+
+
+
+@njit(cache=True, inline="always")
+def ext_out_size(size, ksize, stride, pad, dilation):
+    """im2col_cpu_ext's output size: (size + 2*pad - (dilation*(ksize-1) + 1)) / stride + 1."""
+    return (size + 2 * pad - (dilation * (ksize - 1) + 1)) // stride + 1
+
+
+@njit(parallel=True, cache=True)
+def im2col_cpu_ext(data_im, channels, height, width, ksize, pad, stride_h, stride_w, dilation,
+                   data_col):
+    """AlexeyAB's im2col_cpu_ext for a square kernel, padding and dilation: row (c_im, ky, kx),
+    column (h, w) holds pixel (h*stride_h - pad + ky*dilation, w*stride_w - pad + kx*dilation)
+    of channel c_im, 0 outside the image. `pad` counts input pixels (AlexeyAB passes
+    pad*dilation)."""
+    height_col = ext_out_size(height, ksize, stride_h, pad, dilation)
+    width_col = ext_out_size(width, ksize, stride_w, pad, dilation)
+    n = height_col * width_col
+    for c in prange(channels * ksize * ksize):
+        c_im = c // (ksize * ksize)
+        ky = (c // ksize) % ksize
+        kx = c % ksize
+        plane = c_im * height * width
+        for h in range(height_col):
+            row = c * n + h * width_col
+            y = h * stride_h - pad + ky * dilation
+            for w in range(width_col):
+                x = w * stride_w - pad + kx * dilation
+                if 0 <= y < height and 0 <= x < width:
+                    data_col[row + w] = data_im[plane + y * width + x]
+                else:
+                    data_col[row + w] = 0.0
+
+
+@njit(parallel=True, cache=True)
+def col2im_cpu_ext(data_col, channels, height, width, ksize, pad, stride_h, stride_w, dilation,
+                   data_im):
+    """The adjoint of im2col_cpu_ext: *adds* each column entry into its pixel (AlexeyAB's
+    col2im_cpu_ext zeroes data_im first: see quirks.col2im_zeroes_delta). Parallel over
+    channels, each owning its plane."""
+    height_col = ext_out_size(height, ksize, stride_h, pad, dilation)
+    width_col = ext_out_size(width, ksize, stride_w, pad, dilation)
+    n = height_col * width_col
+    for c_im in prange(channels):
+        plane = c_im * height * width
+        for kk in range(ksize * ksize):
+            ky = kk // ksize
+            kx = kk % ksize
+            base = (c_im * ksize * ksize + kk) * n
+            for h in range(height_col):
+                y = h * stride_h - pad + ky * dilation
+                if y < 0 or y >= height:
+                    continue
+                for w in range(width_col):
+                    x = w * stride_w - pad + kx * dilation
+                    if 0 <= x < width:
+                        data_im[plane + y * width + x] += data_col[base + h * width_col + w]

@@ -2,10 +2,13 @@
 
 Legend per image: output is [classes + ids][h][w] (wh = w*h): per-class masks (logistic) then
 an `ids`-dimensional embedding per pixel (raw). Truth per image: 90 instances of (1 + wh)
-values, the class id then that instance's pixel mask; a negative class id ends the list.
+values, the class id then that instance's pixel mask; a negative (or NaN) class id ends the
+list.
 """
 import numpy as np
 from numba import njit
+
+from .yolo import truth_class
 
 MAX_INSTANCES = 90
 
@@ -30,11 +33,12 @@ def iseg_deltas(output, truth, batch, classes, ids, wh, truths, delta):
         n = 0
         while n < MAX_INSTANCES and truth[b * truths + n * (wh + 1)] >= 0:
             t0 = b * truths + n * (wh + 1)
-            c = int(truth[t0])
+            c = truth_class(truth[t0])
             for k in range(wh):
                 v = truth[t0 + 1 + k]
                 if v != 0:
-                    delta[base + c * wh + k] = v - output[base + c * wh + k]
+                    if 0 <= c < classes:     # the layer refuses other ids first
+                        delta[base + c * wh + k] = v - output[base + c * wh + k]
                     for z in range(ids):
                         sums[n, z] += output[base + (classes + z) * wh + k]
                     counts[n] += 1

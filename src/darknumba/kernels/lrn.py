@@ -67,7 +67,8 @@ def l2normalize_cpu(x, dx, batch, filters, spatial):
         for f in range(filters):
             v = np.float64(x[b * filters * spatial + f * spatial + i])
             s += v * v
-        norm = np.float32(math.sqrt(s))
+        # an all-zero pixel: C's 0/0 gives NaN, where numba would raise
+        norm = np.float32(math.sqrt(s)) if s > 0 else np.float32(np.nan)
         for f in range(filters):
             idx = b * filters * spatial + f * spatial + i
             x[idx] = x[idx] / norm

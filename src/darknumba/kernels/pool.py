@@ -33,12 +33,14 @@ def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, ou
         idx_row = indexes[out_base:out_base + out_w]
         out_row[:] = -FLT_MAX
         idx_row[:] = -1
-        for n in range(size):
-            cur_h = h_offset + i * stride + n
-            if cur_h < 0 or cur_h >= h:
-                continue
+        # only the window rows inside the image, and the window columns some output column
+        # sees inside it, can win: visiting just those keeps Darknet's scan order and costs
+        # nothing however large `size` is (a 10^9 window would otherwise loop 10^18 times)
+        top = h_offset + i * stride
+        for n in range(max(0, -top), min(size, h - top)):
+            cur_h = top + n
             row = in_base + cur_h * w
-            for m in range(size):
+            for m in range(max(0, -w_offset - (out_w - 1) * stride), min(size, w - w_offset)):
                 col0 = w_offset + m                    # input column of output column 0
                 j_lo, j_hi = valid_span(col0, stride, out_w, w)
                 if j_hi <= j_lo:
@@ -163,3 +165,67 @@ def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output,
                 output[o + j] = v
                 if want_indexes:
                     indexes[o + j] = vi
+
+
+@njit(parallel=True, cache=True)
+def forward_maxpool_depth_cpu(inp, batch, c, spatial, out_c, output, indexes):
+    """AlexeyAB's maxpool_depth: output channel g of each pixel is the maximum of input channels
+    g, g + out_c, g + 2*out_c, ... < c (first maximum wins; indexes as forward_maxpool_cpu)."""
+    for bg in prange(batch * out_c):
+        b = bg // out_c
+        g = bg % out_c
+        o = output[bg * spatial:(bg + 1) * spatial]
+        ix = indexes[bg * spatial:(bg + 1) * spatial]
+        o[:] = -FLT_MAX
+        ix[:] = -1
+        for k in range(g, c, out_c):
+            base = (b * c + k) * spatial
+            src = inp[base:base + spatial]
+            for j in range(spatial):
+                better = src[j] > o[j]
+                o[j] = src[j] if better else o[j]
+                ix[j] = np.int32(base + j) if better else ix[j]
+
+
+@njit(parallel=True, cache=True)
+def forward_local_avgpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output):
+    """AlexeyAB's forward_local_avgpool_layer: the mean of each window's cells inside the image
+    (the window's top-left at -pad/2, as maxpool's)."""
+    off = -(pad // 2)
+    for bk in prange(batch * c):
+        plane = bk * h * w
+        for i in range(out_h):
+            for j in range(out_w):
+                acc = np.float32(0.0)
+                count = 0
+                for n in range(size):
+                    y = off + i * stride + n
+                    if y < 0 or y >= h:
+                        continue
+                    for m in range(size):
+                        x = off + j * stride + m
+                        if 0 <= x < w:
+                            acc += inp[plane + y * w + x]
+                            count += 1
+                output[(bk * out_h + i) * out_w + j] = acc / np.float32(count)
+
+
+@njit(parallel=True, cache=True)
+def backward_local_avgpool_cpu(delta, batch, c, h, w, size, stride, pad, out_h, out_w,
+                               prev_delta):
+    """AlexeyAB's backward_local_avgpool_layer: every cell of a window inside the image gets
+    delta / (size*size) (not / the count the forward divided by)."""
+    off = -(pad // 2)
+    for bk in prange(batch * c):
+        plane = bk * h * w
+        for i in range(out_h):
+            for j in range(out_w):
+                d = delta[(bk * out_h + i) * out_w + j] / np.float32(size * size)
+                for n in range(size):
+                    y = off + i * stride + n
+                    if y < 0 or y >= h:
+                        continue
+                    for m in range(size):
+                        x = off + j * stride + m
+                        if 0 <= x < w:
+                            prev_delta[plane + y * w + x] += d

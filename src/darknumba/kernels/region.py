@@ -10,7 +10,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .yolo import box_iou
+from .yolo import box_iou, truth_cell, truth_class
 
 MAX_TRUTHS = 30
 
@@ -63,6 +63,16 @@ def _delta_region_box(tx_, ty_, tw_, th_, output, biases, a, index, i, j, lw, lh
     delta[index + 2 * stride] = np.float32(scale * (tw - output[index + 2 * stride]))
     delta[index + 3 * stride] = np.float32(scale * (th - output[index + 3 * stride]))
     return iou
+
+
+@njit(cache=True)
+def _mapped_class(v, class_map, classes):
+    """A truth's class id, through the class map if there is one; -1 if it is not a class
+    of the layer (the layer refuses such truths first: this keeps the kernels in bounds)."""
+    cls = truth_class(v)
+    if class_map.size:
+        cls = class_map[cls] if 0 <= cls < class_map.size else -1
+    return cls if 0 <= cls < classes else -1
 
 
 @njit(cache=True)
@@ -121,8 +131,10 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
         for t in range(nt):
             o = tb + t * (coords + 1)
             tx, ty, tw, th = truth[o], truth[o + 1], truth[o + 2], truth[o + 3]
-            i = int(tx * lw)
-            j = int(ty * lh)
+            i = truth_cell(tx, lw)
+            j = truth_cell(ty, lh)
+            if i < 0 or j < 0:
+                continue
             best_iou = 0.0
             best_n = 0
             for a in range(n):
@@ -153,18 +165,16 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
                 delta[obj_index] = np.float32(object_scale * (iou - output[obj_index]))
             if background:
                 delta[obj_index] = np.float32(object_scale * (0.0 - output[obj_index]))
-            cls = int(truth[o + coords])
-            if class_map.size:
-                cls = class_map[cls]
+            cls = _mapped_class(truth[o + coords], class_map, classes)
             class_index = box_index + (coords + 1) * wh
             stats[6] += 1
-            if has_tree:
+            if cls >= 0 and has_tree:       # (cls < 0: no class of the layer, no class delta)
                 stats[2] += delta_region_class_tree(output, delta, class_index, cls, parent, group,
                                                     group_offset, group_size, class_scale, stride)
-            elif tag and delta[class_index] != 0:
+            elif cls >= 0 and tag and delta[class_index] != 0:
                 delta[class_index + stride * cls] = np.float32(
                     class_scale * (1.0 - output[class_index + stride * cls]))
-            else:
+            elif cls >= 0:
                 for c in range(classes):
                     target = 1.0 if c == cls else 0.0
                     delta[class_index + stride * c] = np.float32(
@@ -290,10 +300,8 @@ def region_tree_class_only(output, truth, batch, n, lw, lh, coords, classes, tru
             o = b * truths + t * (coords + 1)
             if truth[o] == 0:
                 break
-            cls = int(truth[o + coords])
-            if class_map.size:
-                cls = class_map[cls]
-            if truth[o] > 100000 and truth[o + 1] > 100000:
+            cls = _mapped_class(truth[o + coords], class_map, classes)
+            if cls >= 0 and truth[o] > 100000 and truth[o + 1] > 100000:
                 maxp = 0.0
                 maxi = 0
                 for k in range(n * wh):

@@ -7,6 +7,13 @@ from numba import njit, prange
 FLT_MAX = np.float32(3.4028234663852886e38)
 
 
+@njit(cache=True, inline="always")
+def _nonzero_sum(s):
+    """The sum of the exponentials, or NaN where it is 0 (every input -inf: nothing exceeds
+    -FLT_MAX): C divides 0 by 0 and gets NaN, numba would raise."""
+    return s if s != 0 else np.float32(np.nan)
+
+
 @njit(parallel=True, cache=True)
 def softmax_cpu(inp, n, batch, batch_offset, groups, group_offset, stride, temp, output):
     t = np.float32(temp)
@@ -24,6 +31,7 @@ def softmax_cpu(inp, n, batch, batch_offset, groups, group_offset, stride, temp,
             e = np.float32(math.exp(np.float64(inp[base + i * stride] / t - largest / t)))
             s += e
             output[base + i * stride] = e
+        s = _nonzero_sum(s)
         for i in range(n):
             output[base + i * stride] /= s
 
@@ -93,5 +101,6 @@ def softmax_cpu_one(x, n, temp, out):
         e = np.float32(math.exp(np.float64(x[i] / t - largest / t)))
         s += e
         out[i] = e
+    s = _nonzero_sum(s)
     for i in range(n):
         out[i] /= s

@@ -25,26 +25,46 @@ def activate_yolo_output(output, batch, n, classes, wh):
 
 @njit(cache=True)
 def _overlap(x1, w1, x2, w2):
-    left = max(x1 - w1 / 2, x2 - w2 / 2)
-    right = min(x1 + w1 / 2, x2 + w2 / 2)
-    return right - left
+    """overlap(), with the C's comparisons (a NaN end takes the other box's, as in Darknet)."""
+    l1 = x1 - w1 / 2
+    l2 = x2 - w2 / 2
+    r1 = x1 + w1 / 2
+    r2 = x2 + w2 / 2
+    return (r1 if r1 < r2 else r2) - (l1 if l1 > l2 else l2)
 
 
 @njit(cache=True)
 def box_iou(ax, ay, aw, ah, bx, by, bw, bh):
-    """Darknet's box_iou: intersection / union of two centre-size boxes."""
+    """Darknet's box_iou: intersection / union of two centre-size boxes; 0 where the union
+    is not positive (zero-area boxes), where Darknet divides by zero."""
     w = _overlap(ax, aw, bx, bw)
     h = _overlap(ay, ah, by, bh)
     inter = 0.0 if (w < 0 or h < 0) else w * h
-    return inter / (aw * ah + bw * bh - inter)
+    union = aw * ah + bw * bh - inter
+    if not union > 0:
+        return 0.0
+    return inter / union
 
 
 @njit(cache=True)
-def _num_truths(truth, base, max_boxes):
-    for t in range(max_boxes):
+def _num_truths(truth, base, max_boxes, truths):
+    """The boxes of the image whose truth starts at `base`: up to the first x == 0, at most
+    max_boxes and never past the image's `truths` values (Darknet reads on into the next image
+    when max= exceeds 90)."""
+    limit = min(max_boxes, truths // 5)
+    for t in range(limit):
         if truth[base + t * 5] == 0:
             return t
-    return max_boxes
+    return limit
+
+
+@njit(cache=True, inline="always")
+def truth_cell(x, size):
+    """The cell (0..size-1) holding a truth coordinate x in [0, 1), or -1 for any other x
+    (NaN, Inf, negative, >= 1): tested on the float, before any conversion to int."""
+    if not (x >= 0 and x < 1):
+        return -1
+    return min(int(x * np.float32(size)), size - 1)
 
 
 @njit(cache=True)
@@ -78,10 +98,22 @@ def delta_yolo_box(truth, tb, output, biases, a, index, i, j, lw, lh, netw, neth
     return iou
 
 
+@njit(cache=True, inline="always")
+def truth_class(v):
+    """A truth's class id as Darknet's (int) cast reads it, or -1 for NaN, Inf or a negative
+    value (tested on the float: converting NaN to int is undefined)."""
+    if not (v >= 0 and v < 2147483647):
+        return -1
+    return int(v)
+
+
 @njit(cache=True)
 def delta_yolo_class(output, delta, index, cls, classes, stride):
     """Class deltas [c == cls] - p_c. If this cell's class-0 delta is already set (a second
-    truth in the same cell and anchor), only the new class gets 1 - p. Returns p_cls."""
+    truth in the same cell and anchor), only the new class gets 1 - p. Returns p_cls. A class
+    outside 0..classes-1 (the layer refuses such truths first) writes nothing and returns 0."""
+    if cls < 0 or cls >= classes:
+        return np.float32(0.0)
     if delta[index] != 0:
         delta[index + stride * cls] = np.float32(1.0) - output[index + stride * cls]
         return output[index + stride * cls]
@@ -105,7 +137,7 @@ def yolo_objectness_deltas(output, truth, biases, mask, batch, n, lw, lh, classe
         an = (bnj // lh) % n
         j = bnj % lh
         tbase = b * truths
-        nt = _num_truths(truth, tbase, max_boxes)
+        nt = _num_truths(truth, tbase, max_boxes, truths)
         acc = 0.0
         for i in range(lw):
             box_index = b * outputs + an * wh * entries + j * lw + i
@@ -128,7 +160,8 @@ def yolo_objectness_deltas(output, truth, biases, mask, batch, n, lw, lh, classe
             if best_iou > truth_thresh:
                 delta[obj_index] = np.float32(1.0) - output[obj_index]
                 tb = tbase + best_t * 5
-                delta_yolo_class(output, delta, obj_index + wh, int(truth[tb + 4]), classes, wh)
+                delta_yolo_class(output, delta, obj_index + wh, truth_class(truth[tb + 4]),
+                                 classes, wh)
                 scale = 2.0 - truth[tb + 2] * truth[tb + 3]
                 delta_yolo_box(truth, tb, output, biases, mask[an], box_index, i, j, lw, lh,
                                netw, neth, delta, scale, wh)
@@ -148,14 +181,16 @@ def yolo_truth_deltas(output, truth, biases, mask, total, batch, n, lw, lh, clas
     f32 = np.float32
     for b in prange(batch):
         tbase = b * truths
-        nt = _num_truths(truth, tbase, max_boxes)
+        nt = _num_truths(truth, tbase, max_boxes, truths)
         s_iou = s_cat = s_obj = r50 = r75 = 0.0
         count = 0
         for t in range(nt):
             tb = tbase + t * 5
             tw, th = truth[tb + 2], truth[tb + 3]
-            i = int(truth[tb] * f32(lw))
-            j = int(truth[tb + 1] * f32(lh))
+            i = truth_cell(truth[tb], lw)
+            j = truth_cell(truth[tb + 1], lh)
+            if i < 0 or j < 0:
+                continue
             best_iou = 0.0
             best_n = 0
             for a in range(total):
@@ -177,7 +212,7 @@ def yolo_truth_deltas(output, truth, biases, mask, total, batch, n, lw, lh, clas
             obj_index = box_index + 4 * wh
             s_obj += output[obj_index]
             delta[obj_index] = f32(1.0) - output[obj_index]
-            s_cat += delta_yolo_class(output, delta, obj_index + wh, int(truth[tb + 4]),
+            s_cat += delta_yolo_class(output, delta, obj_index + wh, truth_class(truth[tb + 4]),
                                       classes, wh)
             count += 1
             if iou > 0.5:

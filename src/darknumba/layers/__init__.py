@@ -1,37 +1,51 @@
 """One thin class per Darknet layer type; `base.py` states the conventions they share."""
+from .activation import ActivationLayer
 from .avgpool import AvgpoolLayer
+from .batchnorm import BatchnormLayer
 from .connected import ConnectedLayer
 from .convolutional import ConvolutionalLayer
 from .cost import CostLayer
-from .dropout import DropoutLayer
-from .maxpool import MaxpoolLayer
-from .route import RouteLayer
-from .shortcut import ShortcutLayer
-from .softmax import SoftmaxLayer
-from .upsample import UpsampleLayer
-from .yolo import YoloLayer
-from .activation import ActivationLayer
-from .batchnorm import BatchnormLayer
 from .crnn import CRNNLayer
 from .crop import CropLayer
 from .deconvolutional import DeconvolutionalLayer
 from .detection import DetectionLayer
+from .dropout import DropoutLayer
+from .empty import EmptyLayer
 from .gru import GRULayer
+from .implicit import ImplicitLayer
 from .iseg import IsegLayer
 from .l2norm import L2normLayer
 from .local import LocalLayer
 from .logistic import LogisticLayer
 from .lstm import LSTMLayer
+from .maxpool import LocalAvgpoolLayer, MaxpoolLayer
 from .normalization import NormalizationLayer
 from .region import RegionLayer
-from .reorg import ReorgLayer
+from .reorg import Reorg3dLayer, ReorgLayer
 from .rnn import RNNLayer
+from .route import RouteLayer
+from .scale_channels import SamLayer, ScaleChannelsLayer
+from .shortcut import ShortcutLayer
+from .softmax import SoftmaxLayer
+from .upsample import UpsampleLayer
+from .yolo import YoloLayer
+
+
+class NotSupportedYet:
+    """Sections of AlexeyAB's darknet that darknumba does not compute: a clear error."""
+
+    @staticmethod
+    def from_cfg(s, params):
+        raise s.error(None, f"[{s.type}] (layer {params.index}) is a section of AlexeyAB's "
+                            f"darknet that darknumba does not support yet")
+
 
 # section name (and Darknet's aliases) -> layer class with a from_cfg(section, params) builder
 LAYER_TYPES = {
     "convolutional": ConvolutionalLayer, "conv": ConvolutionalLayer,
     "maxpool": MaxpoolLayer, "max": MaxpoolLayer,
     "avgpool": AvgpoolLayer, "avg": AvgpoolLayer,
+    "local_avgpool": LocalAvgpoolLayer, "local_avg": LocalAvgpoolLayer,
     "route": RouteLayer,
     "shortcut": ShortcutLayer,
     "upsample": UpsampleLayer,
@@ -42,6 +56,7 @@ LAYER_TYPES = {
     "cost": CostLayer,
     "region": RegionLayer,
     "reorg": ReorgLayer,
+    "reorg3d": Reorg3dLayer,
     "detection": DetectionLayer,
     "local": LocalLayer,
     "crop": CropLayer,
@@ -56,4 +71,10 @@ LAYER_TYPES = {
     "lstm": LSTMLayer,
     "crnn": CRNNLayer,
     "iseg": IsegLayer,
+    "sam": SamLayer,
+    "scale_channels": ScaleChannelsLayer,
+    "implicit": ImplicitLayer,
+    "empty": EmptyLayer, "silence": EmptyLayer,
+    "gaussian_yolo": NotSupportedYet, "contrastive": NotSupportedYet,
+    "conv_lstm": NotSupportedYet, "history": NotSupportedYet,
 }

@@ -4,7 +4,7 @@ Backward multiplies by act'(output) and *copies* into the previous delta in Dark
 from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
 from ..kernels.blas import copy_cpu
 from .base import DEFAULT_QUIRKS, Layer, pass_delta
-from .convolutional import get_activation
+from .activate import get_activation
 
 
 class ActivationLayer(Layer):

@@ -13,19 +13,21 @@ A layer mirrors Darknet's `layer` struct for its own type only:
   (the previous layer's delta) unless ``net.delta`` is None, which it is for layer 0.
 - ``update(a)`` applies one optimizer step (``a`` is an UpdateArgs) to layers with parameters.
 - ``weight_records()`` lists the parameter arrays in the order a .weights file stores them.
+- Buffers come from ``zeros()``; inside ``shapes_only()`` it hands out read-only zero-stride
+  views instead, so a network can be built for its layer table alone (``allocate=False``).
 Arithmetic over elements lives in ``darknumba.kernels``; layer classes only orchestrate.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from ..dialect import DEFAULT_QUIRKS  # noqa: F401 (layers take it from here)
+from ..dialect import DEFAULT_QUIRKS
 from ..errors import CfgError
 from ..kernels.blas import axpy_cpu, copy_cpu
-from ..kernels.fused import batchnorm_x_norm
+from ..kernels.fused import batchnorm_x_norm, bn_divisors
+from .memory import SizeError, buffer, reserve
 
 
 @dataclass
@@ -78,22 +80,6 @@ def scratch_of(net) -> Scratch:
 _SHARED_SCRATCH = Scratch()
 
 
-def darknet_random_init(l, rng):
-    """Darknet's initialisation of one layer's weights (biases stay 0, BN scales 1):
-    convolutional sqrt(2/(size*size*c/groups)) * N(0,1) (make_convolutional_layer), connected
-    sqrt(2/inputs) * U(-1,1) (make_connected_layer); a layer with its own `random_init(rng)`
-    (local, deconvolutional, the recurrent ones) does that instead."""
-    if hasattr(l, "random_init"):
-        l.random_init(rng)
-    elif l.type == "convolutional":
-        scale = math.sqrt(2.0 / (l.size * l.size * l.c / l.groups))
-        l.weights[:] = scale * rng.standard_normal(l.weights.size)
-    elif l.type == "connected":
-        l.weights[:] = math.sqrt(2.0 / l.inputs) * rng.uniform(-1, 1, l.weights.size)
-
-
-def zeros(n: int) -> np.ndarray:
-    return np.zeros(int(n), dtype=np.float32)
 
 
 class Layer:
@@ -103,14 +89,40 @@ class Layer:
     dontload = False
     dontsave = False
     workspace_size = 0            # floats of the network's shared scratch buffer this layer needs
+    quirks = DEFAULT_QUIRKS       # the network's named behaviours (set when built from a cfg)
 
     batch = h = w = c = 0
     out_h = out_w = out_c = 0
     inputs = outputs = 0
 
     def _alloc_io(self):
-        self.output = zeros(self.batch * self.outputs)
-        self.delta = zeros(self.batch * self.outputs)
+        """output and delta, batch x outputs each, once the output is known to have pixels
+        and the memory budget allows them."""
+        self.check_output_shape()
+        n = reserve(2 * self.batch * self.outputs, np.float32,
+                    f"output and delta ({self.batch} x {self.outputs} values each)") // 2
+        self.output = buffer(n)
+        self.delta = buffer(n)
+
+    def check_output_shape(self):
+        """An image output needs out_w, out_h, out_c >= 1 (a flat one leaves them 0); every
+        output needs a value per image. Darknet would go on with a -9 x -9 map."""
+        dims = (self.out_w, self.out_h, self.out_c)
+        if self.outputs < 1 or self.batch < 1 or (any(dims) and min(dims) < 1):
+            shape = f"{self.out_w} x {self.out_h} x {self.out_c}" if any(dims) else \
+                f"{self.outputs} values"
+            raise SizeError(f"the output has no pixels: {self._size_story()} gives {shape}"
+                            + (f" (batch {self.batch})" if self.batch < 1 else ""))
+
+    def _size_story(self) -> str:
+        """The input and the size options an output shape comes from."""
+        parts = [f"a {self.w} x {self.h} x {self.c} input" if (self.w or self.h or self.c)
+                 else f"{self.inputs} inputs"]
+        for key in ("size", "stride", "pad"):
+            v = getattr(self, key, None)
+            if isinstance(v, int | np.integer):
+                parts.append(f"{key} {v}")
+        return ", ".join(parts)
 
     @property
     def x_norm(self):
@@ -121,7 +133,9 @@ class Layer:
         if getattr(self, "x", None) is None or getattr(self, "mean", None) is None:
             return None
         out = np.empty_like(self.x)
-        batchnorm_x_norm(self.x, self.mean, self.variance, self.batch, self.out_c,
+        divisor = np.empty_like(self.variance)
+        bn_divisors(self.variance, self.quirks.bn_epsilon_inside_sqrt, divisor)
+        batchnorm_x_norm(self.x, self.mean, divisor, self.batch, self.out_c,
                          self.out_h * self.out_w, out)
         return out
 
@@ -133,6 +147,11 @@ class Layer:
         raise NotImplementedError(f"backward is not implemented for [{self.type}] layers")
 
     def update(self, a: UpdateArgs):
+        return None
+
+    def random_init(self, rng):
+        """Darknet's initialisation of this layer's weights (make_*_layer; biases stay 0, BN
+        scales 1), drawn from the numpy Generator `rng`. Layers without weights: nothing."""
         return None
 
     def resize(self, w: int, h: int):

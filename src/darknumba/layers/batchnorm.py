@@ -10,7 +10,8 @@ import numpy as np
 
 from ..kernels.activations import ACTIVATIONS
 from ..kernels.blas import copy_cpu, sgd_update_cpu
-from .base import DEFAULT_QUIRKS, Layer, pass_delta, require_image_input, zeros
+from .base import DEFAULT_QUIRKS, Layer, pass_delta, require_image_input
+from .memory import zeros
 from .convolutional import alloc_batchnorm, backward_batchnorm, forward_batchnorm
 
 

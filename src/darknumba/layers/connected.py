@@ -1,15 +1,18 @@
 """[connected] (Darknet's `connected_layer.c`): output = input @ weights.T (+ batch norm or
 biases), then the activation. weights: outputs x inputs."""
+import math
+
 from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
-from .base import DEFAULT_QUIRKS, Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer
+from .activate import get_activation
+from .memory import zeros
 from .convolutional import (
     alloc_params,
     backward_batchnorm,
     forward_batchnorm,
-    get_activation,
     update_params,
 )
 
@@ -35,9 +38,7 @@ class ConnectedLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        outputs = s.find_int("output", 1)
-        if outputs < 1:
-            raise s.error("output", f"must be at least 1, found {outputs}")
+        outputs = s.find_int("output", 1, at_least=1)
         act = get_activation(s)
         l = cls(params.batch, params.inputs, outputs, act, s.find_int("batch_normalize", 0))
         l.quirks = params.net.quirks
@@ -66,6 +67,10 @@ class ConnectedLayer(Layer):
         if net.delta is not None:
             gemm(0, 0, self.batch, self.inputs, self.outputs, 1.0, self.delta, self.weights, 1.0,
                  net.delta[:self.batch * self.inputs])
+
+    def random_init(self, rng):
+        """make_connected_layer: sqrt(2 / inputs) * U(-1, 1)."""
+        self.weights[:] = math.sqrt(2.0 / self.inputs) * rng.uniform(-1, 1, self.weights.size)
 
     def update(self, a):
         """update_connected_layer"""

@@ -5,9 +5,11 @@ weights: n x (c/groups) x size x size; output: batch x n x out_h x out_w.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-from ..kernels.activations import ACTIVATIONS, gradient_array
+from ..kernels.activations import ACTIVATIONS
 from ..kernels.blas import (
     adam_update_cpu,
     axpy_cpu,
@@ -26,12 +28,17 @@ from ..kernels.fused import (
     batchnorm_backward,
     batchnorm_bias_activate,
     batchnorm_train_epilogue,
+    bn_divisors,
     bias_activate,
     mean_variance_cpu,
 )
 from ..kernels.gemm import add_transposed, gemm
-from ..kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
-from .base import DEFAULT_QUIRKS, Layer, require_image_input, scratch_of, zeros
+from ..kernels.im2col import col2im_batch_cpu, im2col_batch_cpu
+from .antialias import Antialiased
+from .base import DEFAULT_QUIRKS, Layer, require_image_input, scratch_of
+from .activate import activate_output, epilogue_activation, get_activation, gradient_output
+from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
+from .memory import full, zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
@@ -53,14 +60,6 @@ _NO_EPILOGUE = (_EMPTY, _EMPTY, _EMPTY, _EMPTY, 0, _EMPTY, _EMPTY)
 BATCH_GEMM_MAX_N = 2048
 
 
-def get_activation(section, key="activation", default="logistic"):
-    name = section.find_str(key, default)
-    if name not in ACTIVATIONS:
-        raise section.error(key, f"unknown activation {name!r}; expected one of "
-                                 f"{', '.join(sorted(ACTIVATIONS))}")
-    return name
-
-
 def one_sweep_batch_stats(l) -> bool:
     """Batch mean and variance in one float64 sweep (or in the direct convolution's rows);
     quirks.two_pass_bn_stats keeps Darknet's two passes, whose variance subtracts the float32
@@ -72,9 +71,11 @@ def forward_batchnorm(l, net, stats_done=False):
     """forward_batchnorm_layer for conv/connected outputs already in l.output (then activation).
 
     Train mode: batch mean and *unbiased* variance (already in l.mean / l.variance when
-    stats_done), rolling stats updated 0.99/0.01 during the forward pass, x kept for
-    backward. Test mode: rolling statistics."""
+    stats_done), rolling stats updated during the forward pass (pjreddie 0.99/0.01,
+    AlexeyAB 0.9/0.1: quirks.bn_rolling_momentum), x kept for backward. Test mode: rolling
+    statistics. The normaliser is the dialect's (see kernels.fused.bn_divisors)."""
     n, spatial = l.out_c, l.out_h * l.out_w
+    act = epilogue_activation(l, net.train)
     if net.train:
         if stats_done:
             pass
@@ -83,16 +84,24 @@ def forward_batchnorm(l, net, stats_done=False):
         else:
             mean_cpu(l.output, l.batch, n, spatial, l.mean)
             variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
-        scal_cpu(n, 0.99, l.rolling_mean)
-        axpy_cpu(n, 0.01, l.mean, l.rolling_mean)
-        scal_cpu(n, 0.99, l.rolling_variance)
-        axpy_cpu(n, 0.01, l.variance, l.rolling_variance)
+        keep = l.quirks.bn_rolling_momentum
+        scal_cpu(n, keep, l.rolling_mean)
+        axpy_cpu(n, 1.0 - keep, l.mean, l.rolling_mean)
+        scal_cpu(n, keep, l.rolling_variance)
+        axpy_cpu(n, 1.0 - keep, l.variance, l.rolling_variance)
         # copy x, normalize, scale, add bias, activate: one sweep (x_norm is recomputed)
-        batchnorm_train_epilogue(l.output, l.x, l.mean, l.variance, l.scales, l.biases,
-                                 l.batch, n, spatial, l.activation_id)
+        batchnorm_train_epilogue(l.output, l.x, l.mean, bn_divisor(l, l.variance), l.scales,
+                                 l.biases, l.batch, n, spatial, act)
     else:
-        batchnorm_bias_activate(l.output, l.rolling_mean, l.rolling_variance, l.scales, l.biases,
-                                l.batch, n, spatial, l.activation_id)
+        batchnorm_bias_activate(l.output, l.rolling_mean, bn_divisor(l, l.rolling_variance),
+                                l.scales, l.biases, l.batch, n, spatial, act)
+    activate_output(l, net.train, act)
+
+
+def bn_divisor(l, variance):
+    """The dialect's batch-norm normaliser per channel for `variance`, in l.divisor."""
+    bn_divisors(variance, l.quirks.bn_epsilon_inside_sqrt, l.divisor)
+    return l.divisor
 
 
 def backward_batchnorm(l, net):
@@ -103,24 +112,24 @@ def backward_batchnorm(l, net):
     mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
     batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
                        l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta, l.mean,
-                       l.variance)
+                       bn_divisor(l, l.variance), l.quirks.bn_delta_eps_outside_sqrt)
 
 
 def alloc_params(l, nweights, n):
     """A layer's parameters as Darknet's make_*_layer allocates them: weights and n biases
     with their gradients, and with l.batch_normalize the batch-norm arrays."""
     l.nweights, l.nbiases = nweights, n
-    l.weights, l.weight_updates = zeros(nweights), zeros(nweights)
-    l.biases, l.bias_updates = zeros(n), zeros(n)
+    l.weights, l.weight_updates = zeros(nweights, "weights"), zeros(nweights, "weight updates")
+    l.biases, l.bias_updates = zeros(n, "biases"), zeros(n, "bias updates")
     if l.batch_normalize:
         alloc_batchnorm(l, n)
 
 
 def alloc_batchnorm(l, n):
     """Batch-norm scales (1) and their gradients, batch and rolling statistics, for n channels."""
-    l.scales, l.scale_updates = np.ones(n, dtype=np.float32), zeros(n)
+    l.scales, l.scale_updates = full(n, 1.0), zeros(n)
     for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
-                 "rolling_variance"):
+                 "rolling_variance", "divisor"):
         setattr(l, name, zeros(n))
 
 
@@ -163,13 +172,17 @@ def update_params(l, a):
 
 class ConvolutionalLayer(Layer):
     type = "convolutional"
+    share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
-                 batch_normalize=False, quirks=DEFAULT_QUIRKS):
+                 batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1, stride_y=None):
         if c % groups or n % groups:
             raise ValueError(f"channels ({c}) and filters ({n}) must be divisible by groups ({groups})")
         self.batch, self.h, self.w, self.c = batch, h, w, c
         self.n, self.groups, self.size, self.stride, self.pad = n, groups, size, stride, padding
+        self.dilation = dilation
+        self.stride_x, self.stride_y = stride, stride if stride_y is None else stride_y
+        self.ext = dilation > 1 or self.stride_y != stride      # AlexeyAB's im2col_cpu_ext
         self.activation = activation
         self.activation_id = ACTIVATIONS[activation]
         self.batch_normalize = bool(batch_normalize)
@@ -179,11 +192,13 @@ class ConvolutionalLayer(Layer):
         self._set_sizes()
 
     def _set_sizes(self):
-        self.out_h = (self.h + 2 * self.pad - self.size) // self.stride + 1
+        self.out_h = (self.h + 2 * self.pad - self.size) // self.stride_y + 1
         self.out_w = (self.w + 2 * self.pad - self.size) // self.stride + 1
         if self.out_h < 1 or self.out_w < 1:
-            raise ValueError(f"a {self.size}x{self.size}/{self.stride} convolution of a "
+            raise ValueError(f"a {self.size}x{self.size}/{self.stride_x}x{self.stride_y} "
+                             f"convolution of a "
                              f"{self.w}x{self.h} input has no output pixels")
+        check_ext_sizes(self)
         self.out_c = self.n
         self.inputs = self.h * self.w * self.c
         self.outputs = self.out_h * self.out_w * self.out_c
@@ -197,7 +212,7 @@ class ConvolutionalLayer(Layer):
         """1x1 convolutions multiply the input itself, without im2col. Darknet's CPU code does
         this even for stride > 1, reading the wrong pixels; we do it only where it is exact,
         unless quirks.strided_1x1_misread asks for Darknet's behaviour."""
-        if self.size != 1:
+        if self.size != 1 or self.ext:
             return False
         return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
 
@@ -205,36 +220,46 @@ class ConvolutionalLayer(Layer):
         """A thin stride-1 convolution computed directly (see DIRECT_MAX_K); same sums as the
         GEMM path up to float32 rounding of their order."""
         return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
-                and self.c * 9 <= DIRECT_MAX_K)
+                and not self.ext and self.c * 9 <= DIRECT_MAX_K)
+
+    def _batched(self, n) -> bool:
+        """The whole batch in one GEMM (see BATCH_GEMM_MAX_N)."""
+        return self.groups == 1 and n < BATCH_GEMM_MAX_N and not self.ext
+
 
     @classmethod
     def from_cfg(cls, s, params):
-        n = s.find_int("filters", 1)
-        size = s.find_int("size", 1)
-        stride = s.find_int("stride", 1)
+        n = s.find_int("filters", 1, at_least=1)
+        size = s.find_int("size", 1, at_least=1)
+        stride = s.find_int("stride", 1, at_least=1)
         pad = s.find_int("pad", 0)
-        padding = s.find_int("padding", 0)
-        groups = s.find_int("groups", 1)
+        padding = s.find_int("padding", 0, at_least=0)
+        groups = s.find_int("groups", 1, at_least=1)
         if pad:
             padding = size // 2
-        activation = get_activation(s)
+        activation = get_activation(s, exclude=())
         require_image_input(s, params)
         bn = s.find_int("batch_normalize", 0)
-        for key in ("binary", "xnor"):
-            if s.find_int(key, 0):
-                raise s.error(key, f"{key} convolutions are not supported")
-        for key, v in (("filters", n), ("size", size), ("stride", stride), ("groups", groups)):
+        stride, stride_y, dilation, antialiasing, share = read_ab_keys(s, params, size, stride)
+        for key, v in (("filters", n), ("size", size), ("stride", min(stride, stride_y)),
+                       ("groups", groups)):
             if v < 1:
                 raise s.error(key, f"must be at least 1, found {v}")
         if params.c % groups or n % groups:
             raise s.error("groups", f"input channels ({params.c}) and filters ({n}) must both be "
                                     f"divisible by groups={groups}")
+        quirks = params.net.quirks
         try:
-            l = cls(params.batch, params.h, params.w, params.c, n, groups, size, stride, padding,
-                    activation, bn, quirks=params.net.quirks)
+            l = cls(params.batch, params.h, params.w, params.c, n, groups, size,
+                    1 if antialiasing else stride, padding, activation, bn, quirks, dilation,
+                    1 if antialiasing else stride_y)
         except ValueError as e:
             raise s.error(None, str(e)) from None
         l.flipped = s.find_int("flipped", 0)
+        if share is not None:
+            share_parameters(l, share, s)
+        if antialiasing:
+            return Antialiased(l, cls, (stride, stride_y), antialiasing, quirks)
         return l
 
     def resize(self, w, h):
@@ -251,14 +276,16 @@ class ConvolutionalLayer(Layer):
         if self._direct_thin():
             self._forward_direct(net)
             return
-        if self.groups == 1 and self.batch > 1 and n < BATCH_GEMM_MAX_N:
+        if self.batch > 1 and self._batched(n):
             self._forward_gemms_batched(net, m, k, n)
         else:
             self._forward_gemms_per_image(net, m, k, n, cg)
         if self.batch_normalize:
             forward_batchnorm(self, net)
         else:
-            bias_activate(self.output, self.biases, self.batch, self.n, n, self.activation_id)
+            act = epilogue_activation(self, net.train)
+            bias_activate(self.output, self.biases, self.batch, self.n, n, act)
+            activate_output(self, net.train, act)
 
     def _forward_direct(self, net):
         """Thin 3x3 convolution with the next sweep fused into its rows: the biases or the
@@ -267,12 +294,14 @@ class ConvolutionalLayer(Layer):
         e = _EMPTY
         args = (net.input, self.batch, self.c, self.h, self.w, self.weights, self.n, self.pad,
                 self.output, False)
-        act = self.activation_id
+        act = epilogue_activation(self, net.train)
         if not self.batch_normalize:
             conv3x3_direct_cpu(*args, e, e, e, self.biases, act, e, e)
+            activate_output(self, net.train, act)
         elif not net.train:
-            conv3x3_direct_cpu(*args, self.rolling_mean, self.rolling_variance, self.scales,
-                               self.biases, act, e, e)
+            conv3x3_direct_cpu(*args, self.rolling_mean, bn_divisor(self, self.rolling_variance),
+                               self.scales, self.biases, act, e, e)
+            activate_output(self, net.train, act)
         else:
             stats = one_sweep_batch_stats(self)
             conv3x3_direct_cpu(*args, e, e, e, e, 0, self.mean if stats else e,
@@ -290,7 +319,7 @@ class ConvolutionalLayer(Layer):
                 if self._direct_1x1():
                     col = im[:k * n]
                 else:
-                    im2col_cpu(im, cg, self.h, self.w, self.size, self.stride, self.pad, ws)
+                    im2col_layer(self, im, cg, ws)
                     col = ws[:k * n]
                 gemm(0, 0, m, n, k, 1.0, a, col, 0.0, c)
 
@@ -330,14 +359,18 @@ class ConvolutionalLayer(Layer):
         k = self.size * self.size * self.c // self.groups
         n = self.out_h * self.out_w
         cg = self.c // self.groups
-        gradient_array(self.output, self.batch * self.outputs, self.activation_id, self.delta)
+        gradient_output(self)
         if self.batch_normalize:
             backward_batchnorm(self, net)
         else:
             backward_bias(self.bias_updates, self.delta, self.batch, self.n, n)
+        if net.delta is not None and self.quirks.col2im_zeroes_delta:
+            # AlexeyAB's CPU col2im_cpu_ext zeroes the input delta before adding into it,
+            # dropping what later layers (a route, a shortcut) already passed down
+            net.delta[:self.batch * self.inputs] = 0.0
         if self._direct_thin():
             self._backward_direct(net)
-        elif self.groups == 1 and n < BATCH_GEMM_MAX_N:
+        elif self._batched(n):
             self._backward_gemms_batched(net, m, k, n)
         else:
             self._backward_gemms_per_image(net, m, k, n, cg)
@@ -401,7 +434,7 @@ class ConvolutionalLayer(Layer):
                 if direct:
                     col = im[:k * n]                                            # k x n
                 else:
-                    im2col_cpu(im, cg, self.h, self.w, self.size, self.stride, self.pad, ws)
+                    im2col_layer(self, im, cg, ws)
                     col = ws[:k * n]
                 gemm(0, 1, m, k, n, 1.0, d, col, 1.0, self.weight_updates[g * m * k:][:m * k])
                 if net.delta is None:
@@ -412,7 +445,12 @@ class ConvolutionalLayer(Layer):
                     gemm(1, 0, k, n, m, 1.0, a, d, beta_in, imd[:k * n])
                 else:
                     gemm(1, 0, k, n, m, 1.0, a, d, 0.0, ws[:k * n])
-                    col2im_cpu(ws, cg, self.h, self.w, self.size, self.stride, self.pad, imd)
+                    col2im_layer(self, ws, cg, imd)
+
+    def random_init(self, rng):
+        """make_convolutional_layer: sqrt(2 / (size*size*c/groups)) * N(0, 1)."""
+        scale = math.sqrt(2.0 / (self.size * self.size * self.c / self.groups))
+        self.weights[:] = scale * rng.standard_normal(self.weights.size)
 
     def update(self, a):
         """update_convolutional_layer"""
@@ -420,7 +458,7 @@ class ConvolutionalLayer(Layer):
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):
-        return conv_weight_records(self)
+        return [] if self.share_layer is not None else conv_weight_records(self)
 
     @property
     def bflops(self):
@@ -428,6 +466,8 @@ class ConvolutionalLayer(Layer):
                 * self.out_h * self.out_w) / 1e9
 
     def describe(self):
-        return (f"conv  {self.n:5d} {self.size:2d} x{self.size:2d} /{self.stride:2d}  "
+        stride = f"{self.stride:2d}" if self.stride_y == self.stride else \
+            f"{self.stride_x}x{self.stride_y}"
+        return (f"conv  {self.n:5d} {self.size:2d} x{self.size:2d} /{stride}  "
                 f"{self.w:4d} x{self.h:4d} x{self.c:4d}   ->  "
                 f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}  {self.bflops:5.3f} BFLOPs")

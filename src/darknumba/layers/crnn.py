@@ -5,7 +5,8 @@ hidden_filters image per sequence. .weights: the three conv records in that orde
 test-mode state and the backward order are as in layers/rnn.py.
 """
 from .base import DEFAULT_QUIRKS, require_image_input
-from .convolutional import ConvolutionalLayer, get_activation
+from .activate import get_activation
+from .convolutional import ConvolutionalLayer
 from .rnn import RNNLayer
 
 
@@ -35,7 +36,8 @@ class CRNNLayer(RNNLayer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        out_f, hid_f = s.find_int("output_filters", 1), s.find_int("hidden_filters", 1)
+        out_f = s.find_int("output_filters", 1, at_least=1)
+        hid_f = s.find_int("hidden_filters", 1, at_least=1)
         act = get_activation(s)
         bn = s.find_int("batch_normalize", 0)
         steps = params.net.time_steps

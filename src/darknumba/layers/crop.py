@@ -36,7 +36,8 @@ class CropLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        ch, cw = s.find_int("crop_height", 1), s.find_int("crop_width", 1)
+        ch = s.find_int("crop_height", 1, at_least=1)
+        cw = s.find_int("crop_width", 1, at_least=1)
         flip = s.find_int("flip", 0)
         for key, default in (("angle", 0.0), ("saturation", 1.0), ("exposure", 1.0), ("shift", 0.0)):
             s.find_float(key, default)

@@ -11,7 +11,8 @@ from ..kernels.blas import backward_bias, fill_cpu
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu
-from .base import DEFAULT_QUIRKS, Layer, require_image_input, zeros
+from .base import DEFAULT_QUIRKS, Layer, require_image_input
+from .memory import zeros
 from .convolutional import (alloc_params, backward_batchnorm, conv_weight_records, forward_batchnorm,
                             get_activation, update_params)
 
@@ -49,15 +50,14 @@ class DeconvolutionalLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        n, size, stride = s.find_int("filters", 1), s.find_int("size", 1), s.find_int("stride", 1)
+        n = s.find_int("filters", 1, at_least=1)
+        size = s.find_int("size", 1, at_least=1)
+        stride = s.find_int("stride", 1, at_least=1)
         act = get_activation(s)
         bn = s.find_int("batch_normalize", 0)
-        pad, padding = s.find_int("pad", 0), s.find_int("padding", 0)
+        pad, padding = s.find_int("pad", 0), s.find_int("padding", 0, at_least=0)
         if pad:
             padding = size // 2
-        for key, v in (("filters", n), ("size", size), ("stride", stride)):
-            if v < 1:
-                raise s.error(key, f"must be at least 1, found {v}")
         try:
             return cls(params.batch, params.h, params.w, params.c, n, size, stride, padding, act,
                        bn, params.net.quirks)

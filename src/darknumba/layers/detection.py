@@ -36,8 +36,9 @@ class DetectionLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        coords, classes = s.find_int("coords", 1), s.find_int("classes", 1)
-        rescore, num, side = s.find_int("rescore", 0), s.find_int("num", 1), s.find_int("side", 7)
+        coords, classes = s.find_int("coords", 1), s.find_int("classes", 1, at_least=1)
+        rescore = s.find_int("rescore", 0)
+        num, side = s.find_int("num", 1, at_least=1), s.find_int("side", 7, at_least=1)
         expected = side * side * ((1 + coords) * num + classes)
         if params.inputs != expected:
             raise s.error(None, f"the layer before this detection layer outputs {params.inputs} "
@@ -48,13 +49,13 @@ class DetectionLayer(Layer):
         l = cls(params.batch, params.inputs, num, side, classes, coords, rescore)
         l.softmax = s.find_int("softmax", 0)
         l.sqrt = s.find_int("sqrt", 0)
-        l.max_boxes = s.find_int("max", 90)
+        l.max_boxes = s.find_int("max", 90, at_least=0)
         l.coord_scale = s.find_float("coord_scale", 1)
         l.forced = s.find_int("forced", 0)
         l.object_scale = s.find_float("object_scale", 1)
         l.noobject_scale = s.find_float("noobject_scale", 1)
         l.class_scale = s.find_float("class_scale", 1)
-        l.jitter = s.find_float("jitter", 0.2)
+        l.jitter = s.find_float("jitter", 0.2, at_least=0)
         l.random = s.find_int("random", 0)
         l.reorg = s.find_int("reorg", 0)
         return l

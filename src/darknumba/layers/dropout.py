@@ -3,7 +3,8 @@ it (Darknet aliases the buffers); in train mode it zeroes inputs with probabilit
 scales the rest by 1/(1-p), in place."""
 import numpy as np
 
-from .base import Layer, zeros
+from .base import Layer
+from .memory import zeros
 
 
 class DropoutLayer(Layer):

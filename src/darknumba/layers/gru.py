@@ -10,7 +10,8 @@ exact back-propagation through the steps of one call.
 from ..kernels.blas import copy_cpu, fill_cpu
 from ..kernels.recurrent import (gru_backward_out_cpu, gru_backward_reset_cpu, gru_gates_cpu,
                                  gru_output_cpu)
-from .base import DEFAULT_QUIRKS, Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer
+from .memory import zeros
 from .connected import ConnectedLayer
 from .steps import StepBuffers, SubLayers, step_net
 
@@ -47,7 +48,7 @@ class GRULayer(SubLayers, Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        outputs = s.find_int("output", 1)
+        outputs = s.find_int("output", 1, at_least=1)
         bn = s.find_int("batch_normalize", 0)
         steps = params.net.time_steps
         if params.batch % steps:

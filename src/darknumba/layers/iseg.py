@@ -7,6 +7,7 @@ instance masks: the layer is for use from Python.
 """
 import numpy as np
 
+from ..errors import DataError
 from ..kernels.activations import LOGISTIC, activate_array
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.iseg import MAX_INSTANCES, iseg_deltas
@@ -33,7 +34,7 @@ class IsegLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        classes, ids = s.find_int("classes", 20), s.find_int("ids", 32)
+        classes, ids = s.find_int("classes", 20, at_least=1), s.find_int("ids", 32, at_least=0)
         if params.c != classes + ids:
             raise s.error(None, f"the layer before this iseg layer has {params.c} filters, but "
                                 f"classes + ids = {classes} + {ids} = {classes + ids} are needed")
@@ -48,9 +49,24 @@ class IsegLayer(Layer):
             activate_array(self.output[b * self.outputs:], self.classes * wh, LOGISTIC)
         if not net.train or net.truth is None:
             return
+        self.check_truth(net)
         iseg_deltas(self.output, net.truth, self.batch, self.classes, self.ids, wh, self.truths,
                     self.delta)
         self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
+
+    def check_truth(self, net):
+        """Every instance's class id (those before the first negative or NaN one) must be a
+        class of the layer: the kernel writes that class's mask deltas."""
+        per = self.w * self.h + 1
+        ids = net.truth[:self.batch * self.truths].reshape(self.batch, MAX_INSTANCES, per)[..., 0]
+        with np.errstate(invalid="ignore"):
+            live = np.logical_and.accumulate(ids >= 0, axis=1)
+            bad = np.argwhere(live & ~(ids < self.classes))
+        if bad.size:
+            b, t = (int(v) for v in bad[0])
+            raise DataError(f"[iseg] layer {getattr(net, 'index', '?')}: truth of image {b} of "
+                            f"the batch, instance {t}: class {float(ids[b, t]):g}; expected a "
+                            f"class in 0..{self.classes - 1} (a negative id ends the list)")
 
     def backward(self, net):
         """backward_iseg_layer"""

@@ -4,7 +4,8 @@ Darknet's backward passes the delta through unchanged (the Jacobian of the norma
 not applied; the `scales` buffer it fills with (1-x)/||x|| is never used). We keep that."""
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.lrn import l2normalize_cpu
-from .base import Layer, zeros
+from .base import Layer
+from .memory import zeros
 
 
 class L2normLayer(Layer):

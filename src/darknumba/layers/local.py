@@ -11,8 +11,9 @@ from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
 from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from ..kernels.local import local_forward_cpu, local_input_grad_cpu, local_weight_grad_cpu
-from .base import Layer, require_image_input, zeros
-from .convolutional import get_activation
+from .base import Layer, require_image_input
+from .activate import get_activation
+from .memory import zeros
 
 
 class LocalLayer(Layer):
@@ -32,10 +33,10 @@ class LocalLayer(Layer):
         self.outputs = self.out_h * self.out_w * n
         self.locations = self.out_h * self.out_w
         self.nweights = c * n * size * size * self.locations
-        self.weights = zeros(self.nweights)
-        self.weight_updates = zeros(self.nweights)
-        self.biases = zeros(self.outputs)
-        self.bias_updates = zeros(self.outputs)
+        self.weights = zeros(self.nweights, "weights")
+        self.weight_updates = zeros(self.nweights, "weight updates")
+        self.biases = zeros(self.outputs, "biases")
+        self.bias_updates = zeros(self.outputs, "bias updates")
         self.workspace_size = self.locations * size * size * c
         self.learning_rate_scale = 1.0
         self._alloc_io()
@@ -43,12 +44,9 @@ class LocalLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        n, size = s.find_int("filters", 1), s.find_int("size", 1)
-        stride, pad = s.find_int("stride", 1), s.find_int("pad", 0)
+        n, size = s.find_int("filters", 1, at_least=1), s.find_int("size", 1, at_least=1)
+        stride, pad = s.find_int("stride", 1, at_least=1), s.find_int("pad", 0)
         act = get_activation(s)
-        for key, v in (("filters", n), ("size", size), ("stride", stride)):
-            if v < 1:
-                raise s.error(key, f"must be at least 1, found {v}")
         try:
             return cls(params.batch, params.h, params.w, params.c, n, size, stride, pad, act)
         except ValueError as e:

@@ -6,7 +6,8 @@ import numpy as np
 from ..kernels.activations import LOGISTIC, activate_array
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.logistic import logistic_x_ent_cpu
-from .base import Layer, zeros
+from .base import Layer
+from .memory import zeros
 
 
 class LogisticLayer(Layer):

@@ -6,7 +6,8 @@ Darknet's backward is approximate (delta · norms^-beta, the cross-channel terms
 copies over the previous delta; we keep the approximation and add (compat="darknet-cpu" copies).
 """
 from ..kernels.lrn import lrn_backward_cpu, lrn_forward_cpu
-from .base import DEFAULT_QUIRKS, Layer, require_image_input, zeros
+from .base import DEFAULT_QUIRKS, Layer, require_image_input
+from .memory import zeros
 
 
 class NormalizationLayer(Layer):
@@ -21,11 +22,10 @@ class NormalizationLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        size = s.find_int("size", 5)
-        if size < 1:
-            raise s.error("size", f"must be at least 1, found {size}")
+        size = s.find_int("size", 5, at_least=1)
         return cls(params.batch, params.w, params.h, params.c, size, s.find_float("alpha", 1e-4),
-                   s.find_float("beta", 0.75), s.find_float("kappa", 1.0), params.net.quirks)
+                   s.find_float("beta", 0.75), s.find_float("kappa", 1.0, above=0),
+                   params.net.quirks)
 
     def resize(self, w, h):
         self.w = self.out_w = w

@@ -28,6 +28,8 @@ from ..kernels.softmax import softmax_cpu
 from ..kernels.yolo import sum_squares
 from ..tree import read_map, read_tree, resolve
 from .base import DEFAULT_QUIRKS, Layer, require_image_input
+from .memory import full
+from .truth import box_rows, check_box_truth
 
 _NO_INTS = np.zeros(0, dtype=np.int64)
 
@@ -37,7 +39,7 @@ class RegionLayer(Layer):
 
     def __init__(self, batch, w, h, n, classes, coords=4, anchors=None, quirks=DEFAULT_QUIRKS):
         self.batch, self.n, self.classes, self.coords = batch, n, classes, coords
-        self.biases = np.full(n * 2, 0.5, dtype=np.float32)
+        self.biases = full(n * 2, 0.5, "anchors")
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.truths = MAX_TRUTHS * (coords + 1)
@@ -62,15 +64,15 @@ class RegionLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        coords = s.find_int("coords", 4)
-        classes = s.find_int("classes", 20)
-        num = s.find_int("num", 1)
+        coords = s.find_int("coords", 4, at_least=4)
+        classes = s.find_int("classes", 20, at_least=1)
+        num = s.find_int("num", 1, at_least=1)
         expected = num * (classes + coords + 1)
         if params.c != expected:
             raise s.error(None, f"the layer before this region layer has {params.c} filters, but "
                                 f"num*(classes+coords+1) = {num}*({classes}+{coords}+1) = "
                                 f"{expected} are needed")
-        anchors = s.find_list("anchors", float, None)
+        anchors = s.find_list("anchors", float, None, above=0)
         if anchors is not None and len(anchors) > 2 * num:
             raise s.error("anchors", f"num={num} takes {2 * num} anchor values, found {len(anchors)}")
         l = cls(params.batch, params.w, params.h, num, classes, coords, anchors, params.net.quirks)
@@ -78,8 +80,8 @@ class RegionLayer(Layer):
         s.find_int("sqrt", 0)
         l.softmax = s.find_int("softmax", 0)
         l.background = s.find_int("background", 0)
-        l.max_boxes = s.find_int("max", 30)
-        l.jitter = s.find_float("jitter", 0.2)
+        l.max_boxes = s.find_int("max", 30, at_least=0)
+        l.jitter = s.find_float("jitter", 0.2, at_least=0)
         l.rescore = s.find_int("rescore", 0)
         l.thresh = s.find_float("thresh", 0.5)
         s.find_int("classfix", 0)
@@ -97,6 +99,10 @@ class RegionLayer(Layer):
                 raise s.error("tree", f"the tree has {l.tree.n} classes, the layer classes={classes}")
         if s.has("map"):
             l.map = read_map(resolve(s.find_str("map"), params.path))
+            bad = l.map[(l.map < 0) | (l.map >= classes)]
+            if bad.size:
+                raise s.error("map", f"the class map sends ids to {int(bad[0])}, outside the "
+                                     f"layer's classes 0..{classes - 1}")
         return l
 
     def forward(self, net):
@@ -116,6 +122,7 @@ class RegionLayer(Layer):
         self.delta[:] = 0.0
         if not net.train or net.truth is None:
             return
+        self.check_truth(net)
         stats = np.zeros(7, dtype=np.float64)
         skip = np.zeros(self.batch, dtype=np.int64)
         t = self.tree
@@ -140,6 +147,18 @@ class RegionLayer(Layer):
                       "no_obj": anyobj / (wh * self.n * self.batch), "recall": per(recall),
                       "count": int(count)}
 
+    def check_truth(self, net):
+        """Refuse truths whose cell or class would index outside the output (with a tree,
+        a classification-only truth, x and y > 100000, has only its class checked)."""
+        per = self.coords + 1
+        class_only = None
+        if self.tree is not None:
+            rows, _ = box_rows(net.truth, self.batch, self.truths, per, MAX_TRUTHS)
+            class_only = (rows[..., 0] > 100000) & (rows[..., 1] > 100000)
+        check_box_truth(net.truth, f"[region] layer {getattr(net, 'index', '?')}", self.batch, self.truths, per,
+                        MAX_TRUTHS, self.classes, self.coords,
+                        self.map.size if self.map.size else None, class_only)
+
     def stats_line(self) -> str:
         """Darknet's print-out of the last training forward."""
         s = self.stats
@@ -159,7 +178,8 @@ class RegionLayer(Layer):
     def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True,
                        hier=0.5):
         """get_region_detections + correct_region_boxes for image b, as a box.Detections of
-        all n·w·h candidates (objectness 0 below thresh); `hier` is the tree threshold.
+        all n·w·h candidates (objectness 0 below thresh); `hier` is the tree threshold
+        (compared in float32, as the C's float).
         Darknet averages with a flipped copy when the batch is 2; here each image is decoded
         on its own."""
         k = self.n * self.w * self.h
@@ -169,7 +189,8 @@ class RegionLayer(Layer):
             t = self.tree
             get_region_detections_tree_cpu(dets.bbox, dets.objectness, dets.prob, self.output,
                                            b * self.outputs, self.n, self.w, self.h, self.coords,
-                                           self.classes, self.biases, np.float32(thresh), hier,
+                                           self.classes, self.biases, np.float32(thresh),
+                                           np.float32(hier),
                                            t.parent, t.child, t.group_offset, t.group_size)
         else:
             get_region_detections_cpu(dets.bbox, dets.objectness, dets.prob, self.output,

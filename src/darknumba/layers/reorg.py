@@ -38,15 +38,14 @@ class ReorgLayer(Layer):
     @classmethod
     def from_cfg(cls, s, params):
         require_image_input(s, params)
-        stride = s.find_int("stride", 1)
-        if stride < 1:
-            raise s.error("stride", f"must be at least 1, found {stride}")
+        stride = s.find_int("stride", 1, at_least=1)
         reverse = s.find_int("reverse", 0)
         flatten = s.find_int("flatten", 0)
-        extra = s.find_int("extra", 0)
+        extra = s.find_int("extra", 0, at_least=0)
         if not (flatten or extra):
-            if reverse and params.c % (stride * stride):
-                raise s.error("stride", f"reverse reorg needs channels ({params.c}) divisible "
+            # both directions run reorg_cpu with c / stride² output channels
+            if params.c % (stride * stride):
+                raise s.error("stride", f"reorg needs channels ({params.c}) divisible "
                                         f"by stride² ({stride * stride})")
             if not reverse and (params.w % stride or params.h % stride):
                 raise s.error("stride", f"a {params.w}x{params.h} input does not divide by "
@@ -92,3 +91,40 @@ class ReorgLayer(Layer):
             return f"reorg              {self.inputs:4d}   ->  {self.outputs:4d}"
         return (f"reorg              /{self.stride:2d}  {self.w:4d} x{self.h:4d} x{self.c:4d}   ->  "
                 f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}")
+
+
+class Reorg3dLayer(ReorgLayer):
+    """AlexeyAB's [reorg3d] (its reorg_layer.c): reorg_cpu taken on the *output* shape, which
+    makes it the textbook space-to-depth (each stride x stride block of pixels becomes
+    stride² channels). Backward applies the inverse permutation, added (AlexeyAB's CPU
+    writes it: quirks.overwrite_delta)."""
+    type = "reorg3d"
+
+    @classmethod
+    def from_cfg(cls, s, params):
+        require_image_input(s, params)
+        stride = s.find_int("stride", 1)
+        if stride < 1:
+            raise s.error("stride", f"must be at least 1, found {stride}")
+        if s.find_int("reverse", 0):
+            raise s.error("reverse", "[reorg3d] reverse=1 is not supported yet")
+        if params.w % stride or params.h % stride:
+            raise s.error("stride", f"a {params.w}x{params.h} input does not divide by "
+                                    f"stride {stride}")
+        return cls(params.batch, params.w, params.h, params.c, stride, quirks=params.net.quirks)
+
+    def forward(self, net):
+        """forward_reorg_layer (AlexeyAB)"""
+        reorg_cpu(net.input, self.out_w, self.out_h, self.out_c, self.batch, self.stride, 0,
+                  self.output, False)
+
+    def backward(self, net):
+        """backward_reorg_layer (AlexeyAB)"""
+        if net.delta is None:
+            return
+        reorg_cpu(self.delta, self.out_w, self.out_h, self.out_c, self.batch, self.stride, 1,
+                  net.delta, not self.quirks.overwrite_delta)
+
+    def describe(self):
+        return (f"reorg3d               /{self.stride:2d}  {self.w:4d} x{self.h:4d} x{self.c:4d}"
+                f"   ->  {self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}")

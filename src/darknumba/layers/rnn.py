@@ -14,9 +14,10 @@ as the chain rule needs; compat="darknet-cpu" reproduces Darknet's order. (Its C
 writes past the end of a one-step state buffer in training; we keep all steps' states.)
 """
 from ..kernels.blas import axpy_cpu, copy_cpu, fill_cpu
-from .base import DEFAULT_QUIRKS, Layer, zeros
+from .base import DEFAULT_QUIRKS, Layer
+from .activate import get_activation
+from .memory import zeros
 from .connected import ConnectedLayer
-from .convolutional import get_activation
 from .steps import StepBuffers, SubLayers, step_net
 
 
@@ -56,7 +57,7 @@ class RNNLayer(SubLayers, Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        outputs = s.find_int("output", 1)
+        outputs = s.find_int("output", 1, at_least=1)
         act = get_activation(s)
         bn = s.find_int("batch_normalize", 0)
         steps = params.net.time_steps

@@ -4,7 +4,8 @@ import numpy as np
 
 from ..kernels.blas import axpy_cpu
 from ..kernels.softmax import softmax_cpu, softmax_tree_groups_cpu, softmax_x_ent_cpu
-from .base import Layer, zeros
+from .base import Layer
+from .memory import zeros
 
 
 class SoftmaxLayer(Layer):
@@ -26,7 +27,7 @@ class SoftmaxLayer(Layer):
         groups = s.find_int("groups", 1)
         if groups < 1 or params.inputs % groups:
             raise s.error("groups", f"{params.inputs} inputs cannot be split into {groups} groups")
-        l = cls(params.batch, params.inputs, groups, s.find_float("temperature", 1.0))
+        l = cls(params.batch, params.inputs, groups, s.find_float("temperature", 1.0, above=0))
         if s.has("tree"):
             from ..tree import read_tree
             l.softmax_tree = read_tree(s.find_str("tree"))

@@ -7,9 +7,8 @@ views at step t (Darknet's increment_layer). Input and output are laid out [step
 """
 from types import SimpleNamespace
 
-import numpy as np
 
-from .base import darknet_random_init, zeros
+from .memory import zeros
 
 
 class StepBuffers:
@@ -54,7 +53,7 @@ class SubLayers:
 
     def random_init(self, rng):
         for s in self.sublayers():
-            darknet_random_init(s, rng)
+            s.random_init(rng)
 
     def update(self, a):
         for l in self.sublayers():
@@ -75,10 +74,3 @@ def step_net(net, input=None, delta=None):
                            workspace=net.workspace, seen=getattr(net, "seen", 0),
                            quirks=net.quirks, index=getattr(net, "index", 0))
 
-
-def workspace_of(layers) -> int:
-    return max([getattr(l, "workspace_size", 0) for l in layers] + [0])
-
-
-def as_f32(a):
-    return np.ascontiguousarray(a, dtype=np.float32)

@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 
-from ..errors import DarknumbaError
+from ..detections import Detections, letterbox_size
+from ..kernels.box import correct_yolo_boxes_cpu, get_yolo_detections_cpu, yolo_num_detections_cpu
 from ..kernels.yolo import (
     activate_yolo_output,
     sum_squares,
@@ -12,6 +13,16 @@ from ..kernels.yolo import (
     yolo_truth_deltas,
 )
 from .base import Layer, require_image_input
+from .memory import full
+from .truth import check_box_truth
+
+# [yolo] keys only AlexeyAB's darknet reads (layers/yolo_ab.py)
+AB_YOLO_KEYS = ("scale_x_y", "new_coords", "nms_kind", "beta_nms", "max_delta", "iou_thresh",
+                "iou_thresh_kind", "iou_loss", "iou_normalizer", "cls_normalizer",
+                "obj_normalizer", "delta_normalizer", "objectness_smooth", "label_smooth_eps",
+                "counters_per_class", "resize", "focal_loss", "show_details", "embedding_layer",
+                "track_history_size", "sim_thresh", "dets_for_track", "dets_for_show",
+                "track_ciou_norm")
 
 
 class YoloLayer(Layer):
@@ -21,7 +32,7 @@ class YoloLayer(Layer):
         self.batch, self.w, self.h = batch, w, h
         self.n, self.total, self.classes = n, total, classes
         self.mask = np.asarray(mask if mask is not None else range(n), dtype=np.int32)
-        self.biases = np.full(total * 2, 0.5, dtype=np.float32)
+        self.biases = full(total * 2, 0.5, "anchors")
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.max_boxes = 90
@@ -42,12 +53,34 @@ class YoloLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
+        """parse_yolo. Under a dialect whose [yolo] is AlexeyAB's, that layer is built
+        instead; here AlexeyAB's own keys are refused."""
+        if params.net.quirks.yolo_alexeyab:
+            from .yolo_ab import AbYoloLayer          # (it extends this class)
+            return AbYoloLayer.from_cfg(s, params)
+        for key in AB_YOLO_KEYS:
+            if s.has(key):
+                raise s.error(key, "is a key of AlexeyAB's darknet: load the network with "
+                                   "dialect='alexeyab' (--dialect alexeyab)")
+        l = cls._build(s, params)
+        l.max_boxes = s.find_int("max", 90, at_least=0)
+        l.jitter = s.find_float("jitter", 0.2, at_least=0)
+        l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
+        l.truth_thresh = s.find_float("truth_thresh", 1.0)
+        l.random = s.find_int("random", 0)
+        if s.has("map"):
+            raise s.error("map", "class maps (map=) are not supported")
+        return l
+
+    @classmethod
+    def _build(cls, s, params):
+        """The layer from classes, num, mask and anchors, its input checked against them."""
         require_image_input(s, params)
-        classes = s.find_int("classes", 20)
-        total = s.find_int("num", 1)
+        classes = s.find_int("classes", 20, at_least=1)
+        total = s.find_int("num", 1, at_least=1)
         mask = s.find_list("mask", int, None)
         n = len(mask) if mask else total
-        anchors = s.find_list("anchors", float, None)
+        anchors = s.find_list("anchors", float, None, above=0)
         if mask and any(m < 0 or m >= total for m in mask):
             raise s.error("mask", f"mask {mask} names anchors outside 0..{total - 1} (num={total})")
         if anchors is not None and len(anchors) < 2 * total:
@@ -56,16 +89,8 @@ class YoloLayer(Layer):
         if params.c != expected:
             raise s.error(None, f"the layer before this yolo layer has {params.c} filters, but "
                                 f"(classes+5)*len(mask) = ({classes}+5)*{n} = {expected} are needed")
-        l = cls(params.batch, params.w, params.h, n, total, mask, classes,
-                anchors[:2 * total] if anchors else None)
-        l.max_boxes = s.find_int("max", 90)
-        l.jitter = s.find_float("jitter", 0.2)
-        l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
-        l.truth_thresh = s.find_float("truth_thresh", 1.0)
-        l.random = s.find_int("random", 0)
-        if s.has("map"):
-            raise s.error("map", "class maps (map=) are not supported")
-        return l
+        return cls(params.batch, params.w, params.h, n, total, mask, classes,
+                   anchors[:2 * total] if anchors else None)
 
     def resize(self, w, h):
         self.w, self.h = w, h
@@ -86,10 +111,8 @@ class YoloLayer(Layer):
         at its cell and best anchor over all anchors; self.cost = sum of squared deltas;
         self.stats = what Darknet prints (see stats_line)."""
         truth = net.truth
-        boxes = truth.reshape(self.batch, -1)[:, :self.max_boxes * 5].reshape(self.batch, -1, 5)
-        if boxes.size and (np.any(boxes[..., :2] < 0) or np.any(boxes[..., :2] >= 1)):
-            raise DarknumbaError("yolo truth: box centres (x, y) must lie in [0, 1), relative "
-                                 "to the network input; x == 0 ends an image's box list")
+        check_box_truth(truth, f"[yolo] layer {getattr(net, 'index', '?')}", self.batch, self.truths, 5,
+                        self.max_boxes, self.classes, 4)
         anyobj = np.zeros(self.batch * self.n * self.h, dtype=np.float64)
         stats = np.zeros((self.batch, 6), dtype=np.float64)
         args = (self.batch, self.n, self.w, self.h, self.classes, net.w, net.h, self.truths,
@@ -122,5 +145,30 @@ class YoloLayer(Layer):
         if net.delta is not None:
             net.delta[:self.batch * self.inputs] += self.delta
 
+    def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True):
+        """get_yolo_detections + correct_yolo_boxes for image b (see get_yolo_detections)."""
+        return get_yolo_detections(self, w, h, netw, neth, thresh, relative, b, letterbox)
+
     def describe(self):
         return "yolo"
+
+
+def get_yolo_detections(l, w: int, h: int, netw: int, neth: int, thresh: float,
+                        relative: bool = True, b: int = 0, letterbox: bool = True) -> Detections:
+    """get_yolo_detections for image b of the batch, then correct_yolo_boxes for a w x h
+    image (letterboxed into the network, or resized when not `letterbox`).
+
+    Darknet averages the output with a horizontally flipped copy when the layer's batch is
+    2 (avg_flipped_yolo, meant for flip test-time augmentation); here every image of a
+    batch is decoded on its own, so batch 2 gives what batch 1 gives."""
+    t = np.float32(thresh)
+    offset = b * l.outputs
+    count = yolo_num_detections_cpu(l.output, offset, l.n, l.w * l.h, l.classes, t)
+    dets = Detections(np.empty((count, 4), np.float32), np.empty(count, np.float32),
+                      np.empty((count, l.classes), np.float32))
+    get_yolo_detections_cpu(dets.bbox, dets.objectness, dets.prob, l.output, offset, l.n, l.w,
+                            l.h, l.classes, np.ascontiguousarray(l.biases, np.float32),
+                            np.ascontiguousarray(l.mask, np.int64), netw, neth, t)
+    new_w, new_h = letterbox_size(w, h, netw, neth) if letterbox else (netw, neth)
+    correct_yolo_boxes_cpu(dets.bbox, w, h, netw, neth, new_w, new_h, relative)
+    return dets

@@ -10,105 +10,36 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DarknumbaError
 from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
-from .tensordiff import (AFTER_FIELDS, DEFAULT_TOL, STEP_PARAMS, Row, compare_tensors, scalar_rows)
-
-
-@dataclass
-class Report:
-    reference: str           # "C darknet at DIR" or "FILE.npz"
-    cfg: str
-    weights: str
-    mode: str
-    tol: float
-    rows: list[Row] = field(default_factory=list)
-    scalars: dict = field(default_factory=dict)      # name -> {"darknumba": v, "darknet": v}
-    not_compared: list[str] = field(default_factory=list)
-
-    @property
-    def first_failure(self) -> Row | None:
-        return next((r for r in self.rows if r.judged and not r.ok), None)
-
-    @property
-    def passed(self) -> bool:
-        return bool(self.rows) and self.first_failure is None
-
-    def to_dict(self) -> dict:
-        f = self.first_failure
-        return {"reference": self.reference, "cfg": self.cfg, "weights": self.weights,
-                "mode": self.mode, "tol": self.tol, "passed": self.passed,
-                "first_failure": asdict(f) if f else None, "scalars": self.scalars,
-                "rows": [asdict(r) for r in self.rows], "not_compared": self.not_compared}
-
-    def to_json(self) -> str:
-        def clean(v):
-            return None if isinstance(v, float) and not math.isfinite(v) else v
-        d = self.to_dict()
-        d["rows"] = [{k: clean(v) for k, v in r.items()} for r in d["rows"]]
-        return json.dumps(d, indent=1)
-
-    def table(self) -> str:
-        lines = [f"darknumba vs {self.reference}: {self.mode}, {Path(self.cfg).name} + "
-                 f"{Path(self.weights).name if self.weights else '(no weights)'}, tol {self.tol:g}",
-                 f"{'layer':>5}  {'type':<14} {'tensor':<22} {'shape':<18} {'max|diff|':>10} "
-                 f"{'max rel':>10}  verdict"]
-        for r in self.rows:
-            idx = "-" if r.layer is None else str(r.layer)
-            verdict = ("ok" if r.ok else "FAIL") if r.judged else "info"
-            if r.note:
-                verdict += f" ({r.note})"
-            lines.append(f"{idx:>5}  {r.type:<14} {r.tensor:<22} {r.shape:<18} "
-                         f"{r.max_abs:>10.3g} {r.max_rel:>10.3g}  {verdict}")
-        for name, v in self.scalars.items():
-            lines.append(f"{name}: darknumba {_fmt(v.get('darknumba'))}, "
-                         f"darknet {_fmt(v.get('darknet'))}")
-        if self.not_compared:
-            lines.append(f"not compared (darknumba has no such tensor): "
-                         f"{', '.join(self.not_compared[:12])}"
-                         + (" ..." if len(self.not_compared) > 12 else ""))
-        f = self.first_failure
-        if f is not None:
-            where = "network" if f.layer is None else f"layer {f.layer} ({f.type})"
-            nfail = sum(r.judged and not r.ok for r in self.rows)
-            lines.append(f"FAIL: first difference at {where} {f.tensor}: max |diff| "
-                         f"{f.max_abs:.3g}, max rel {f.max_rel:.3g} > tol {self.tol:g} "
-                         f"({nfail} of {len(self.rows)} tensors fail)"
-                         + (f"; {f.note}: float rounding, not a formula difference" if f.note else ""))
-        elif self.rows:
-            judged = [r for r in self.rows if r.judged]
-            worst = max(judged, key=lambda r: r.max_rel)
-            lines.append(f"PASS: {len(judged)} tensors within tol {self.tol:g} (largest max rel "
-                         f"{worst.max_rel:.3g}, {_where(worst)} {worst.tensor})")
-        else:
-            lines.append("FAIL: nothing to compare")
-        return "\n".join(lines)
-
-
-def _fmt(v):
-    return "n/a" if v is None else f"{v:.7g}" if isinstance(v, float) else str(v)
-
-
-def _where(r: Row) -> str:
-    return "network" if r.layer is None else f"layer {r.layer}"
+from .replay import replay
+from .report import Report
+from .roundoff import LayerBounds
+from .tensordiff import AFTER_FIELDS, DEFAULT_TOL, KEY, STEP_PARAMS, compare_tensors, scalar_rows
 
 
 # --------------------------------------------------------------------------------------------
 # darknumba's side
 
 def perturb_weight(net, spec: str) -> str:
-    """--perturb LAYER[:INDEX]: add 10% of the layer's largest |weight| (at least 0.1) to one
-    weight. A self-test: the comparison must then name LAYER."""
+    """--perturb LAYER[:INDEX[:SIZE]]: add SIZE (default 0.1) times the layer's largest
+    |weight| (with SIZE 0.1: at least 0.1) to one weight. A self-test: the comparison must then
+    name LAYER."""
     try:
-        parts = [int(p) for p in spec.split(":")]
-        i, j = parts[0], (parts[1] if len(parts) > 1 else 0)
+        parts = spec.split(":")
+        if not 1 <= len(parts) <= 3:
+            raise ValueError
+        i, j = int(parts[0]), (int(parts[1]) if len(parts) > 1 else 0)
+        size = float(parts[2]) if len(parts) > 2 else 0.1
+        if not 0 < size < math.inf:
+            raise ValueError
     except ValueError:
-        raise DarknumbaError(f"--perturb {spec!r}: expected LAYER or LAYER:INDEX (integers)") from None
+        raise DarknumbaError(f"--perturb {spec!r}: expected LAYER, LAYER:INDEX or "
+                             f"LAYER:INDEX:SIZE (integers, SIZE a positive number)") from None
     if not 0 <= i < net.n:
         raise DarknumbaError(f"--perturb {spec}: the network has layers 0..{net.n - 1}")
     w = getattr(net.layers[i], "weights", None)
@@ -116,7 +47,9 @@ def perturb_weight(net, spec: str) -> str:
         raise DarknumbaError(f"--perturb {spec}: layer {i} ({net.layers[i].type}) has no weights")
     if not 0 <= j < w.size:
         raise DarknumbaError(f"--perturb {spec}: layer {i} has weights 0..{w.size - 1}")
-    delta = max(0.1 * float(np.max(np.abs(w))), 0.1)
+    delta = size * float(np.max(np.abs(w)))
+    if len(parts) < 3:
+        delta = max(delta, 0.1)
     w[j] += np.float32(delta)
     return f"layer {i} weight {j} += {delta:.3g} (darknumba side only)"
 
@@ -239,14 +172,14 @@ def _fit(a: np.ndarray, per_image: int, batch: int, path, what: str) -> np.ndarr
 
 
 def read_truth(path, net) -> np.ndarray:
-    """--truth: raw float32 / .npy (batch x truths, or one image's truths), or for a yolo net a
-    Darknet label file (`class x y w h` per line, relative to the network input)."""
+    """--truth: raw float32 / .npy (batch x truths, or one image's truths), or for a yolo or
+    region net a Darknet label file (`class x y w h` per line, relative to the network input)."""
     path = Path(path)
     if path.suffix == ".txt":
         last = net.layers[-1]
-        if last.type != "yolo":
-            raise DarknumbaError(f"{path}: label .txt files are read for [yolo] networks only; "
-                                 f"give the truth as raw float32 or .npy")
+        if last.type not in ("yolo", "region"):     # both read (x, y, w, h, class) per box
+            raise DarknumbaError(f"{path}: label .txt files are read for [yolo] and [region] "
+                                 f"networks only; give the truth as raw float32 or .npy")
         t = np.zeros(net.truths, np.float32)
         rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip()]
         for k, row in enumerate(rows[: net.truths // 5]):
@@ -259,9 +192,9 @@ def read_truth(path, net) -> np.ndarray:
     return _fit(read_floats(path, "truth"), net.truths, net.batch, path, "truth")
 
 
-def _load(cfg, weights, batch, perturb, log):
+def _load(cfg, weights, batch, perturb, log, dialect="pjreddie"):
     from ..parser import load_network
-    net = load_network(cfg, weights, batch=batch, compat="darknet-cpu")
+    net = load_network(cfg, weights, batch=batch, compat="darknet-cpu", dialect=dialect)
     if perturb:
         msg = perturb_weight(net, perturb)
         if log:
@@ -282,7 +215,7 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
         raise DarknumbaError("give an IMAGE (or input tensor file) or --random-input, not both")
     if train and truth is None:
         raise DarknumbaError("--train needs --truth FILE (raw float32, .npy, or labels .txt)")
-    probe = parse_network_cfg(cfg)
+    probe = parse_network_cfg(cfg, dialect=tree.kind)
     x = None
     is_image = image is not None and Path(image).suffix.lower() in IMAGE_SUFFIXES
     if image is not None and not is_image:
@@ -291,7 +224,7 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
             batch = max(x.size // probe.inputs, 1)
     if batch is None:
         batch = probe.batch if train else 1
-    net = _load(cfg, weights, batch, perturb, log)
+    net = _load(cfg, weights, batch, perturb, log, tree.kind)
     if x is not None:
         x = _fit(x, net.inputs, net.batch, image, "input")
     elif random_input:
@@ -304,14 +237,20 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
     if is_image:
         ours["letterbox"] = _our_letterbox(image, net)
     meta = ref.pop("meta")
-    report = _report(f"C darknet at {tree.root}", cfg, weights, mode, tol, ours, ref, meta, net)
+    replayed = _load(cfg, weights, net.batch, perturb, None, tree.kind)
+    report = _report(f"{'AlexeyAB' if tree.kind == 'alexeyab' else 'C'} darknet at {tree.root}", cfg, weights, mode, tol, ours, ref, meta, net,
+                     replayed, t)
     ref["meta"] = meta
     return report, ours, ref
 
 
 def _our_letterbox(image, net) -> np.ndarray:
-    from ..vision.image import letterbox_image, load_image
-    one = letterbox_image(load_image(image, c=net.c), net.w, net.h).reshape(-1)
+    """What our detector feeds the network (as the shim does darknet's): pjreddie letterboxes;
+    AlexeyAB resizes unless [net] letter_box=1. Loaded with the network's channels."""
+    from ..vision.image import letterbox_image, load_image, resize_image
+    fit = resize_image if net.dialect == "alexeyab" and not getattr(net, "letter_box", 0) \
+        else letterbox_image
+    one = fit(load_image(image, c=net.c), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)
 
 
@@ -333,7 +272,8 @@ def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
     if "input" not in ref:
         raise DarknumbaError(f"--npz {npz}: no `input` tensor to run darknumba on")
     batch = manifest.get("net", {}).get("batch") or run.get("batch")
-    net = _load(cfg, weights, batch, perturb, log)
+    dialect = run.get("dialect", "pjreddie")
+    net = _load(cfg, weights, batch, perturb, log, dialect)
     truth = ref.get("truth") if mode != "forward_test" else None
     if mode == "forward_test":      # test mode computes no cost
         ref = {k: v for k, v in ref.items() if not k.endswith("cost")}
@@ -342,20 +282,48 @@ def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
     ref_run = {**steps[0], **{k: v for k, v in run.items() if k != "steps"}}
     ref_run.setdefault("seen_after", None)
     meta = {"run": ref_run, "layers": manifest.get("layers", []), "net": manifest.get("net", {})}
-    report = _report(str(npz), cfg, weights, mode, tol, ours, ref, meta, net)
+    replayed = _load(cfg, weights, batch, perturb, None, dialect)
+    report = _report(str(npz), cfg, weights, mode, tol, ours, ref, meta, net, replayed, truth)
     return report, ours, ref
 
 
-def _report(reference, cfg, weights, mode, tol, ours, ref, meta, net) -> Report:
+def _bounds(net, ref: dict, mode: str):
+    """bounds(layer, field) -> (tau, K) for tensordiff, from roundoff.LayerBounds; the
+    network's cost (layer None) gets the mean of its loss layers' tolerances."""
+    cache = {}
+
+    def bounds(i, field):
+        if i is None:
+            got = [bounds(k, "cost") for k, l in enumerate(net.layers)
+                   if f"L{k:03d}_cost" in ref]
+            got = [b for b in got if b is not None]
+            return (sum(b[0] for b in got) / len(got), max(b[1] for b in got)) if got else None
+        if not 0 <= i < net.n:
+            return None
+        if i not in cache:
+            cache[i] = LayerBounds(i, net.layers[i], net, ref, mode)
+        return cache[i].get(field)
+    return bounds
+
+
+def _report(reference, cfg, weights, mode, tol, ours, ref, meta, net, replayed=None,
+            truth=None) -> Report:
     ref_types = [l.get("type") for l in meta.get("layers", [])] or None
     if ref_types and len(ref_types) != net.n:
         raise DarknumbaError(f"{reference} has {len(ref_types)} layers, darknumba built {net.n} "
                              f"from {cfg}")
     ours_t = {k: v for k, v in ours.items() if k != "meta"}
     run = meta.get("run", {})
-    factors = {"after": net.momentum,
+    factors = {"after": net.momentum, "decay_batch": net.decay * net.batch * net.subdivisions,
                "step": run["rate"] / (net.batch * net.subdivisions) if run.get("rate") else None}
-    rows, missing = compare_tensors(ours_t, ref, net.layers, tol, ref_types, factors)
+    own = bounds = None
+    if replayed is not None:
+        own = replay(replayed, ref, meta, mode, truth)
+        costs = [own[k] for k in own if KEY.match(k) and k.endswith("_cost")]
+        if costs and mode != "forward_test":
+            own["cost"] = np.array([np.float32(sum(float(c[0]) for c in costs) / len(costs))])
+        bounds = _bounds(replayed, ref, mode)
+    rows, missing = compare_tensors(ours_t, ref, net.layers, tol, ref_types, factors, own, bounds)
     sc = scalars(ours, meta.get("run", {}))
     rows += scalar_rows(sc, tol)
     return Report(reference, str(cfg), str(weights or ""), mode, tol, rows, sc, missing)

@@ -7,7 +7,8 @@
  *
  * Sequence for one training step, as in train_network_datum (network.c):
  *   dnc_set_input; *seen += batch; dnc_forward(train=1); dnc_backward_layer for i = n-1..0
- *   (stopping at a stopbackward layer, as backward_network does); read buffers;
+ *   (stopping at a stopbackward layer, as backward_network does), reading the deltas of the
+ *   layer and of its dnc_backward_dests before and after each; read buffers;
  *   dnc_update (update_network only when (seen/batch) % subdivisions == 0); read buffers.
  */
 #include <string.h>
@@ -157,6 +158,23 @@ void dnc_backward_layer(network *net, int i)
     }
     n.index = i;
     l.backward(l, n);
+}
+
+/* The layers whose delta layer i's backward adds into (its "destinations"): the previous
+ * layer (net.delta; none for layer 0, whose net.delta is NULL in training), a route's input
+ * layers instead, and a shortcut's `from` layer as well. At most `max` are written to out.
+ * Returns how many there are. */
+int dnc_backward_dests(network *net, int i, int *out, int max)
+{
+    layer *l = net->layers + i;
+    int k = 0, j;
+    if (l->type == ROUTE) {
+        for (j = 0; j < l->n; ++j) if (k < max) out[k++] = l->input_layers[j];
+        return k;
+    }
+    if (i > 0 && k < max) out[k++] = i - 1;
+    if (l->type == SHORTCUT && l->index != i - 1 && k < max) out[k++] = l->index;
+    return k;
 }
 
 /* The update half of train_network_datum: update_network when a full batch is done.

@@ -1,6 +1,8 @@
-"""The C darknet side of `darknumba compare`: a user's own pjreddie darknet build, driven through
-our shim (`compare_shim.c`, compiled at run time against their `include/darknet.h` and linked to
-their `libdarknet.so`, cached under ~/.cache/darknumba by the hashes of both).
+"""The C darknet side of `darknumba compare`: a user's own pjreddie or AlexeyAB darknet build,
+driven through our shim (`compare_shim.c`, or `compare_shim_ab.c` for AlexeyAB's API), compiled
+at run time against their `include/darknet.h` and linked to their `libdarknet.so`, cached under
+~/.cache/darknumba by the hashes of both. hank-ai's builds (an opaque public header) are
+refused.
 
 C darknet calls ``exit()`` on bad input (``file_error``, ``error``), so it always runs in a
 child process (``python -m darknumba.parity.darknet_ref JOB.json``) that writes its tensors to an
@@ -26,6 +28,7 @@ import numpy as np
 from ..errors import DarknumbaError
 
 SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
+SHIM_SOURCES = {"pjreddie": SHIM_SOURCE, "alexeyab": Path(__file__).with_name("compare_shim_ab.c")}
 # Fields read from each layer, by run mode (names of darknet's `layer` struct members).
 FORWARD_FIELDS = ("output",)
 TRAIN_FORWARD_FIELDS = ("mean", "variance", "output", "delta", "cost", "rolling_mean",
@@ -33,6 +36,10 @@ TRAIN_FORWARD_FIELDS = ("mean", "variance", "output", "delta", "cost", "rolling_
 GRAD_FIELDS = ("mean", "variance", "output", "delta", "cost", "weight_updates", "bias_updates",
                "scale_updates", "x_norm")
 PARAM_FIELDS = ("weights", "biases", "scales", "rolling_mean", "rolling_variance")
+# read in train mode for the per-layer replay (replay.py): batch norm's input, which its
+# backward and the tolerance of its batch statistics need
+REPLAY_FIELDS = ("x",)
+MAX_DESTS = 64
 MODES = ("forward_test", "forward_train", "trainstep")
 # Characters a darknet folder may have: a comma would split -Wl,-rpath,DIR into linker options,
 # a colon separates rpath entries, a dollar starts a loader token ($ORIGIN).
@@ -56,12 +63,18 @@ def _sha256(*blobs: bytes) -> str:
 
 @dataclass
 class DarknetTree:
-    """A built pjreddie darknet: DIR/include/darknet.h and DIR/libdarknet.so."""
+    """A built darknet: DIR/include/darknet.h and DIR/libdarknet.so; kind "pjreddie" or
+    "alexeyab" (the dialect its numbers follow)."""
     root: Path
     header: Path
     library: Path
     gpu: bool = False
     cudnn: bool = False
+    kind: str = "pjreddie"
+
+    @property
+    def shim_source(self) -> Path:
+        return SHIM_SOURCES[self.kind]
 
     @classmethod
     def locate(cls, root) -> "DarknetTree":
@@ -81,14 +94,14 @@ class DarknetTree:
                                  f"source tree (clone https://github.com/pjreddie/darknet, run "
                                  f"`make` in it and pass that folder)")
         text = header.read_text(errors="replace")
-        if "load_network_custom" in text or "LIB_API" in text:
+        kind = tree_kind(root, text)
+        if kind == "hank-ai":
             raise DarknumbaError(
-                f"--darknet {root}: this is AlexeyAB's darknet fork (its darknet.h declares "
-                f"load_network_custom/LIB_API), whose network and layer structs and training "
-                f"semantics differ from pjreddie's. compare drives pjreddie/darknet builds only "
-                f"(https://github.com/pjreddie/darknet, stock Makefile); to check against other "
-                f"builds, record their tensors in an .npz and use --npz")
-        if "train_network_datum" not in text or "struct layer" not in text:
+                f"--darknet {root}: this is hank-ai's Darknet (V3 and later), whose public "
+                f"darknet.h keeps the network opaque, so compare cannot read its layers; it is "
+                f"not supported. Use an AlexeyAB/darknet or pjreddie/darknet build, or record "
+                f"tensors in an .npz and use --npz")
+        if kind == "pjreddie" and ("train_network_datum" not in text or "struct layer" not in text):
             raise DarknumbaError(f"--darknet {root}: include/darknet.h does not declare "
                                  f"pjreddie's network API (train_network_datum, struct layer)")
         library = root / "libdarknet.so"
@@ -99,11 +112,23 @@ class DarknetTree:
                                  f"that folder{hint}")
         blob = library.read_bytes()
         return cls(root, header, library, gpu=b"forward_network_gpu\x00" in blob,
-                   cudnn=b"cudnn_convolutional_setup\x00" in blob)
+                   cudnn=b"cudnn_convolutional_setup\x00" in blob, kind=kind)
 
     def key(self) -> str:
         return _sha256(self.library.read_bytes(), self.header.read_bytes(),
-                       SHIM_SOURCE.read_bytes())[:20]
+                       self.shim_source.read_bytes())[:20]
+
+
+def tree_kind(root: Path, header_text: str) -> str:
+    """Which darknet DIR is: "hank-ai" (an opaque public header: DarknetNetworkPtr, no layer
+    struct), "alexeyab" (LIB_API, load_network_custom, its network_state struct) or
+    "pjreddie"."""
+    if "DarknetNetworkPtr" in header_text or "Darknet::" in header_text or (
+            "struct layer" not in header_text and (root / "src-lib").is_dir()):
+        return "hank-ai"
+    if "load_network_custom" in header_text or "struct network_state" in header_text:
+        return "alexeyab"
+    return "pjreddie"
 
 
 def find_compiler() -> str:
@@ -127,7 +152,7 @@ def compile_shim(tree: DarknetTree, log=None) -> Path:
         flags += ["-DGPU", "-I/usr/local/cuda/include"] + (["-DCUDNN"] if tree.cudnn else [])
     fd, tmp = tempfile.mkstemp(suffix=".so", dir=out.parent)
     os.close(fd)
-    cmd = [cc, *flags, str(SHIM_SOURCE), "-o", tmp, f"-L{tree.root}", "-ldarknet",
+    cmd = [cc, *flags, str(tree.shim_source), "-o", tmp, f"-L{tree.root}", "-ldarknet",
            f"-Wl,-rpath,{tree.root}", "-lm", "-pthread"]
     if log:
         log(f"compiling the darknet shim: {' '.join(cmd)}")
@@ -181,6 +206,7 @@ def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=Non
         with np.load(tmp / "out.npz") as data:
             out = {k: data[k] for k in data.files}
     meta = json.loads(str(out.pop("meta_json")))
+    meta["run"]["dialect"] = tree.kind
     meta["stdout"] = r.stdout
     meta["stderr_tail"] = r.stderr.strip().splitlines()[-5:]
     out["meta"] = meta
@@ -230,6 +256,7 @@ def _bind(shim_path: str):
         "dnc_set_input": (None, [P, ctypes.POINTER(F), ctypes.POINTER(F)]),
         "dnc_forward": (F, [P, I, I]),
         "dnc_backward_layer": (None, [P, I]),
+        "dnc_backward_dests": (I, [P, I, ctypes.POINTER(I), I]),
         "dnc_update": (I, [P, ctypes.POINTER(F)]),
         "dnc_letterbox": (I, [P, ctypes.c_char_p, ctypes.POINTER(F), ctypes.POINTER(I)]),
     }
@@ -265,6 +292,32 @@ def _snapshot(lib, net, nlayers: int, fields, prefix: str, out: dict):
             a = _read(lib, net, i, f)
             if a is not None:
                 out[f"{prefix}L{i:03d}_{f}"] = a
+
+
+def _backward_reading(lib, net, layers: list, out: dict):
+    """backward_network, one layer at a time, keeping what the per-layer replay feeds our
+    layers: each layer's delta as its backward starts (``L###_delta_in``), and the deltas of
+    the layers its backward adds into (layers[i]["bwd_dests"]) before it, when not all zero
+    (``L###_bwd_in_###``), and after it (``L###_bwd_out_###``; for the previous layer that is
+    its own ``_delta_in``)."""
+    dests = (ctypes.c_int * MAX_DESTS)()
+    for i in range(len(layers) - 1, -1, -1):
+        d = _read(lib, net, i, "delta")
+        if d is not None:
+            out[f"L{i:03d}_delta_in"] = d
+        if layers[i]["stopbackward"]:
+            break
+        k = lib.dnc_backward_dests(net, i, dests, MAX_DESTS)
+        layers[i]["bwd_dests"] = list(dests[:min(k, MAX_DESTS)])
+        for j in layers[i]["bwd_dests"]:
+            before = _read(lib, net, j, "delta")
+            if before is not None and before.any():
+                out[f"L{i:03d}_bwd_in_{j:03d}"] = before
+        lib.dnc_backward_layer(net, i)
+        for j in layers[i]["bwd_dests"]:
+            after = _read(lib, net, j, "delta")
+            if j != i - 1 and after is not None:
+                out[f"L{i:03d}_bwd_out_{j:03d}"] = after
 
 
 def _fail(msg: str):
@@ -324,19 +377,13 @@ def _child(job_path: str):
         _snapshot(lib, net, n, FORWARD_FIELDS, "", out)
     elif mode == "forward_train":
         run["cost"] = lib.dnc_forward(net, 1, truth is not None)
-        _snapshot(lib, net, n, TRAIN_FORWARD_FIELDS, "", out)
+        _snapshot(lib, net, n, TRAIN_FORWARD_FIELDS + REPLAY_FIELDS, "", out)
     else:   # trainstep: train_network_datum, with reads between backward and update
         _snapshot(lib, net, n, PARAM_FIELDS, "before_", out)
         lib.dnc_set_seen(net, lib.dnc_get_seen(net) + batch)
         lib.dnc_forward(net, 1, truth is not None)
-        for i in range(n - 1, -1, -1):      # backward_network, reading each delta as it starts
-            if layers[i]["stopbackward"]:
-                break
-            if layers[i]["nweights"] or layers[i]["type"] == "connected":
-                d = _read(lib, net, i, "delta")
-                if d is not None:
-                    out[f"L{i:03d}_delta_in"] = d
-            lib.dnc_backward_layer(net, i)
+        _snapshot(lib, net, n, REPLAY_FIELDS, "", out)
+        _backward_reading(lib, net, layers, out)
         run["cost"] = lib.dnc_cost(net)
         _snapshot(lib, net, n, GRAD_FIELDS, "", out)
         rate = ctypes.c_float()

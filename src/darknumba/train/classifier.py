@@ -25,7 +25,7 @@ import numpy as np
 from ..cfg import read_cfg
 from ..data.datasets import data_int, get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
-from ..vision.augment import rand_uniform, random_distort_image
+from ..vision.augment import rand_scale, rand_uniform, random_distort_image
 from ..vision.image import letterbox_image, load_image, resize_image
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, train_iteration, training_network
@@ -130,17 +130,12 @@ class ClassifierAugment:
                    bool(int(opts.get("center", 0))))
 
 
-def _rand_scale(rng, s):
-    f = rng.uniform(*((1.0, s) if s >= 1 else (s, 1.0)))
-    return f if rng.integers(2) else 1.0 / f
-
-
 def augment_image(rng, im, size, a: ClassifierAugment):
     """load_image_augment_paths for one image: crop (random or centre), flip, distort."""
     if a.center:
         crop = center_crop_image(im, size, size)
     else:
-        aspect = _rand_scale(rng, a.aspect)
+        aspect = rand_scale(rng, a.aspect)
         r = int(rng.integers(a.min_size, a.max_size + 1))
         _, ih, iw = im.shape
         m = ih if ih < iw * aspect else iw * aspect
@@ -185,7 +180,9 @@ def valid_input(im, w, h):
 class ClassifierTrainOptions:
     weights: str | None = None
     clear: bool = False
+    partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
+    dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2
     backup: str | None = None

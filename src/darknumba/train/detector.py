@@ -3,6 +3,9 @@
 The loop reads top to bottom: load the data, build the network, then per iteration take a batch
 from the background loader, run `train_datum` on each of its `subdivisions` slices, print
 Darknet's line, checkpoint on schedule. Every file is written atomically (temporary + rename).
+A network of the alexeyab dialect trains as AlexeyAB's Darknet does: its augmentation
+(vision/augment_ab.py, mosaic_ab.py), random resize, checkpoints, EMA and -map rules
+(train/alexeyab.py).
 """
 from __future__ import annotations
 
@@ -16,11 +19,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
-from ..data.loader import DetectionLoader, MultiScale
+from ..data.loader import AbMultiScale, DetectionLoader, MultiScale
 from ..errors import DarknumbaError, DataError, WeightsError
-from ..parser import load_network, parse_network_cfg
+from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
-from ..weights import atomic_write, read_header, save_weights
+from ..vision.augment_ab import AbAugmentConfig
+from ..weights import atomic_write, load_weights, peek_version, plan_weights, save_weights
+from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
+                       iteration_line)
 from .checkpoint import remove_stale_temps, save_checkpoint
 
 
@@ -43,12 +49,20 @@ class Schedule:
     def backup_due(self, i: int) -> bool:
         return i % self.backup_every == 0
 
+    stop_name = ".backup"           # what a Ctrl-C writes
+
+    def due(self, i: int) -> list[str]:
+        """The names (after <cfg>) to write at iteration i."""
+        return [".backup"] * self.backup_due(i) + [f"_{i}.weights"] * self.weights_due(i)
+
 
 @dataclass
 class TrainOptions:
     weights: str | None = None     # starting weights (a full or partial .weights file)
+    partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     clear: bool = False            # reset seen to 0 (fine-tuning)
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
+    dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2               # loader threads
     bad_data: str = "skip"         # skip | stop
@@ -57,39 +71,32 @@ class TrainOptions:
     chart_every: int = 10
     backup: str | None = None      # overrides the .data file's backup folder
     max_batches: int | None = None # overrides [net] max_batches
-    schedule: Schedule = field(default_factory=Schedule)
+    schedule: Schedule = field(default_factory=Schedule)   # pjreddie's; alexeyab: the .data
+                                   # file's saveweights/savelast (train/alexeyab.py)
     progress: bool = True          # tqdm bar with ETA
     letterbox: bool = False        # place images letterboxed instead of Darknet's jitter crop
     map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never,
-                                   # -1: every 4 epochs, at least 100, as AlexeyAB's -map)
+                                   # -1: AlexeyAB's -map rule, see alexeyab.MapSchedule)
+    map_epochs: int = 4            # -map: every map_epochs passes over the training images
 
 
-def load_partial_weights(net, path) -> int:
+def load_partial_weights(net, path, allow_partial: bool = True) -> int:
     """Load a .weights file that may cover only the first k layers (as `partial` writes, and as
     Darknet's load_weights accepts by reading until the file ends). Returns k. A file that ends
-    inside a layer is an error naming that layer."""
-    from ..weights import load_weights
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
-        head = f.read(20)
-    _, _, _, pos = read_header(head, os.fspath(path))
-    if pos == size:
-        load_weights(net, path, cutoff=0)
-        return 0
-    for k, l in enumerate(net.layers):
-        if not l.dontload:
-            pos += 4 * sum(a.size for _, a in l.weight_records())
-        if pos == size:
-            load_weights(net, path, cutoff=k + 1)
-            k += 1
-            while k < net.n and not any(a.size for _, a in net.layers[k].weight_records()):
-                k += 1                  # layers without weights after the cut are covered too
-            return k
-        if pos > size:
-            raise WeightsError(f"{path}: the file ends inside layer {k} ({l.type}): "
-                               f"{size} bytes, layers 0..{k} need {pos}")
-    raise WeightsError(f"{path}: {size - pos} bytes left over after the last layer "
-                       "(weights do not fit this cfg)")
+    inside a layer is an error naming that layer. A file that covers fewer layers than the cfg
+    yet has seen images (a checkpoint, which `partial` would have reset to 0) is a truncated
+    checkpoint: refused with the counts unless allow_partial (Darknet would go on with the
+    rest of the network random)."""
+    plan = plan_weights(net, path, partial=True)
+    if plan.layers < net.n and plan.seen and not allow_partial:
+        need = plan.ends[-1]
+        raise WeightsError(
+            f"{path}: holds {plan.layers} of {net.n} layers ({plan.size} bytes of {need}) and "
+            f"has seen {plan.seen} images, as a checkpoint has, not a file cut by `partial` "
+            f"(those have seen 0): a checkpoint cut short? To start from its {plan.layers} "
+            f"layers anyway, ask for a partial load (detector train --partial)")
+    load_weights(net, path, partial=True)
+    return plan.layers
 
 
 def train_iteration(net, X, T, last_checkpoint=None) -> float:
@@ -116,9 +123,10 @@ def train_iteration(net, X, T, last_checkpoint=None) -> float:
 def training_network(cfgfile, opts, log):
     """The network a training run starts from: Darknet's random initialisation (opts.seed),
     then whatever layers opts.weights covers; --clear and --max-batches applied."""
-    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat)
+    net = parse_network_cfg(cfgfile, seed=opts.seed, compat=opts.compat, dialect=opts.dialect,
+                            weights_version=peek_version(opts.weights) if opts.weights else None)
     if opts.weights:
-        loaded = load_partial_weights(net, opts.weights)
+        loaded = load_partial_weights(net, opts.weights, opts.partial)
         log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
     if opts.clear:
         net.seen = 0
@@ -127,11 +135,16 @@ def training_network(cfgfile, opts, log):
     return net
 
 
-def partial(cfg, weights, out, n: int, log=print):
-    """partial: load the full network (seen reset to 0), save layers [0, n) only."""
-    net = load_network(cfg, weights, batch=1, clear=True)
+def partial(cfg, weights, out, n: int, log=print, dialect: str | None = None):
+    """partial: save layers [0, n) only, seen reset to 0. pjreddie's loads the whole weights
+    file first (it must fit the cfg); AlexeyAB's reads only the layers it keeps, so the cfg
+    may have another head (e.g. yolov4-tiny.weights cut with yolov4-tiny-custom.cfg)."""
+    net = parse_network_cfg(cfg, batch=1, seed=None, dialect=dialect,
+                            weights_version=peek_version(weights))
     if not 0 <= n <= net.n:
         raise DarknumbaError(f"partial: N = {n} outside 0..{net.n} ({cfg} has {net.n} layers)")
+    load_weights(net, weights, cutoff=n if net.dialect == "alexeyab" else None)
+    net.seen = 0
     save_weights(net, out, cutoff=n)
     log(f"saved layers 0..{n - 1} of {cfg} to {out}")
 
@@ -205,27 +218,6 @@ class LossChart:
         atomic_write(self.path, buf.getvalue())
 
 
-class ValidMap:
-    """mAP@0.5 on the .data file's valid list during training (AlexeyAB's `-map`), with a
-    test copy of the network (batch 8) at the cfg size."""
-
-    def __init__(self, dc, cfgfile, issues):
-        lst = dc.resolve(dc.valid)
-        if not lst:
-            raise DarknumbaError(f"{dc.path}: mAP during training needs a `valid` list")
-        self.ds = DetectionDataset(get_paths(lst), dc.classes, issues)
-        self.net = load_network(cfgfile, None, batch=8)
-        self.classes, self.names = dc.classes, dc.class_names()
-
-    def __call__(self, net) -> float:
-        from .evaluate import evaluate_map
-        for src, dst in zip(net.layers, self.net.layers):
-            for (_, a), (_, b) in zip(src.weight_records(), dst.weight_records()):
-                b[:] = a
-        r = evaluate_map(self.net, self.ds.paths, self.ds.boxes, self.classes, self.names)
-        return r.map50
-
-
 class StopFlag:
     """Ctrl-C sets a flag the loop checks between iterations; a second Ctrl-C aborts."""
 
@@ -249,6 +241,22 @@ class StopFlag:
     def __exit__(self, *exc):
         if self._old is not None:
             signal.signal(signal.SIGINT, self._old)
+
+
+def dialect_rules(net, dc, opts: TrainOptions, start: int, log):
+    """(augmentation, input sizes, checkpoint schedule, EMA or None): pjreddie's, or under the
+    alexeyab dialect AlexeyAB's (from its last [yolo] layer, [net] and the .data file)."""
+    if net.dialect != "alexeyab":
+        return (AugmentConfig.from_network(net, letterbox=opts.letterbox),
+                MultiScale(net.w, net.h, bool(getattr(net.layers[-1], "random", 0)), opts.seed,
+                           net.max_batches), opts.schedule, None)
+    last = [l for l in net.layers if l.type in ("yolo", "region")][-1]
+    aug = AbAugmentConfig.from_network(net, log=lambda m: log(m, file=sys.stderr))
+    aug.letter_box = aug.letter_box or opts.letterbox
+    scales = AbMultiScale(net.w, net.h, getattr(last, "random", 0), net.resize_step, opts.seed,
+                          net.max_batches, start)
+    return (aug, scales, AbSchedule.from_data(dc, net.max_batches, start),
+            Ema(net) if net.ema_alpha else None)
 
 
 def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print):
@@ -286,21 +294,30 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     log(f"{base}: {len(ds)} training images, batch {imgs} (subdivisions {net.subdivisions}), "
         f"learning rate {net.learning_rate}, momentum {net.momentum}, decay {net.decay}; "
         f"starting at iteration {start} of {net.max_batches}")
-    aug = AugmentConfig.from_network(net, letterbox=opts.letterbox)
-    scales = MultiScale(net.w, net.h, bool(getattr(last, "random", 0)), opts.seed,
-                        net.max_batches)
+    aug, scales, schedule, ema = dialect_rules(net, dc, opts, start, log)
     chart = LossChart(os.path.join(backup_dir, "chart.png"), net.max_batches)
     if opts.chart and chart.plt is None:
         log("chart.png: matplotlib is not installed (pip install darknumba[chart]); no chart",
             file=sys.stderr)
-    valid_map = ValidMap(dc, cfgfile, issues) if opts.map_every else None
-    map_every = opts.map_every if opts.map_every > 0 else max(100, 4 * len(ds) // imgs)
+    tmap = None
+    if opts.map_every:
+        tmap = TrainingMap(dc, cfgfile, issues, net.dialect, MapSchedule(
+            opts.map_every, len(ds), imgs, net.burn_in, net.max_batches, start, opts.map_epochs))
+    hours_left = HoursLeft()
     written: list[str] = []
 
     def save(path):
         save_checkpoint(net, path, written[-1] if written else None)
         written.append(path)
         log(f"Saving weights to {path}")
+
+    def checkpoint(suffix):
+        save(os.path.join(backup_dir, base + suffix))
+        if suffix == "_last.weights" and ema is not None and ema.initialized:
+            path = os.path.join(backup_dir, f"{base}_ema.weights")
+            ema.save(net, path, written[-1])
+            written.append(path)
+            log(f" EMA weights are saved to the file: {path}")
 
     bar = None
     if opts.progress:
@@ -327,30 +344,38 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                 loss = train_iteration(net, X, T, written[-1] if written else None) / imgs
                 avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 i = net.current_batch()
-                line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
-                        f"{time.time() - t0:f} seconds, {i * imgs} images "
-                        f"(loaded in {t_load:.3f} s)")
+                if ema is not None:
+                    ema.step(i, log)
+                seconds = time.time() - t0
+                if net.dialect == "alexeyab":
+                    line = iteration_line(i, loss, avg_loss, net.current_rate(), seconds,
+                                          i * imgs, hours_left(net.max_batches - i,
+                                                               seconds + t_load))
+                else:
+                    line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
+                            f"{seconds:f} seconds, {i * imgs} images "
+                            f"(loaded in {t_load:.3f} s)")
+                texts = (tmap.status() if tmap is not None else []) + [line]
                 if bar is not None:
-                    bar.write(line, file=sys.stdout)
+                    for text in texts:
+                        bar.write(text, file=sys.stdout)
                     bar.update(1)
                     bar.set_postfix(loss=f"{loss:.3f}", avg=f"{avg_loss:.3f}")
                 else:
-                    log(line)
+                    for text in texts:
+                        log(text)
                 if opts.stats_every and i % opts.stats_every == 0:
                     for s in yolo_stats_lines(net):
                         log(s)
                 chart.add(i, loss, avg_loss)
-                if valid_map is not None and i % map_every == 0:
-                    m = valid_map(net)
-                    chart.map_points.append((i, m))
-                    log(f"mAP@0.5 on {len(valid_map.ds)} valid images at iteration {i}: "
-                        f"{100 * m:.2f} %")
+                if tmap is not None and tmap.schedule.due(i):
+                    if tmap.measure(net, i, log):
+                        save(os.path.join(backup_dir, f"{base}_best.weights"))
+                    chart.map_points.append((i, tmap.last))
                 if opts.chart and i % opts.chart_every == 0:
                     chart.save()
-                if opts.schedule.backup_due(i):
-                    save(os.path.join(backup_dir, f"{base}.backup"))
-                if opts.schedule.weights_due(i):
-                    save(os.path.join(backup_dir, f"{base}_{i}.weights"))
+                for suffix in schedule.due(i):
+                    checkpoint(suffix)
                 if stop.set:
                     interrupted = True
                     break
@@ -366,7 +391,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     if opts.chart:
         chart.save()
     if interrupted:
-        save(os.path.join(backup_dir, f"{base}.backup"))
+        checkpoint(schedule.stop_name)
         log(f"stopped at iteration {i}; resume with the same command and {written[-1]}")
     else:
         save(os.path.join(backup_dir, f"{base}_final.weights"))

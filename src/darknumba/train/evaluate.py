@@ -14,9 +14,16 @@ it is a false positive.
 """
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+from ..errors import DataError
 
 
 def box_iou(a, b) -> np.ndarray:
@@ -34,6 +41,17 @@ def box_iou(a, b) -> np.ndarray:
         inter = iw * ih
         union = (a[:, 2] * a[:, 3])[:, None] + (b[:, 2] * b[:, 3])[None] - inter
         return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+
+
+def iou_rows(a, b) -> np.ndarray:
+    """IoU of row i of a with row i of b (centre-based boxes, (n, 4) each)."""
+    a, b = np.asarray(a, np.float64).reshape(-1, 4), np.asarray(b, np.float64).reshape(-1, 4)
+    iw = np.clip(np.minimum(a[:, 0] + a[:, 2] / 2, b[:, 0] + b[:, 2] / 2)
+                 - np.maximum(a[:, 0] - a[:, 2] / 2, b[:, 0] - b[:, 2] / 2), 0, None)
+    ih = np.clip(np.minimum(a[:, 1] + a[:, 3] / 2, b[:, 1] + b[:, 3] / 2)
+                 - np.maximum(a[:, 1] - a[:, 3] / 2, b[:, 1] - b[:, 3] / 2), 0, None)
+    union = a[:, 2] * a[:, 3] + b[:, 2] * b[:, 3] - iw * ih
+    return np.where(union > 0, iw * ih / np.where(union > 0, union, 1), 0.0)
 
 
 def voc_ap(recall, precision) -> float:
@@ -55,47 +73,81 @@ def coco_ap(recall, precision) -> float:
     return float(np.mean(np.where(idx < len(env), env[np.minimum(idx, len(env) - 1)], 0.0)))
 
 
-def match_class(dets, truths, iou_thresh):
-    """dets: (k, 6) rows [image, score, x, y, w, h] of one class; truths: {image: (m,4)}.
-    Returns (tp flags in score order, iou of each tp, scores sorted)."""
-    order = np.argsort(-dets[:, 1], kind="stable")
-    dets = dets[order]
-    used = {img: np.zeros(len(t), bool) for img, t in truths.items()}
-    tp = np.zeros(len(dets), bool)
-    ious = np.zeros(len(dets))
-    for k, d in enumerate(dets):
-        img = int(d[0])
-        t = truths.get(img)
-        if t is None or not len(t):
-            continue
-        ov = box_iou(d[2:6], t)[0]
-        j = int(np.argmax(ov))
-        if ov[j] > iou_thresh and not used[img][j]:
-            used[img][j] = True
-            tp[k] = True
-            ious[k] = ov[j]
-    return tp, ious, dets[:, 1]
+def ap_points(recall, precision, points: int = 0) -> float:
+    """AlexeyAB's AP of one class from its ranked recall/precision: points=0 the area under the
+    precision envelope at every unique recall (VOC 2010+, ImageNet), else the mean over
+    `points` evenly spaced recalls r of the best precision at recall >= r (11: VOC 2007,
+    101: MS COCO)."""
+    recall = np.asarray(recall, np.float64)
+    precision = np.asarray(precision, np.float64)
+    if not len(recall):
+        return 0.0
+    if points == 0:
+        return voc_ap(recall, precision)
+    r = np.linspace(0, 1, points)[:, None]
+    return float(np.where(recall[None] >= r, precision[None], 0).max(axis=1).mean())
+
+
+def _match(dets, truths, iou_thresh):
+    """Each detection's truth (a global index into the stacked truths, -1 for none): the
+    same-class truth of its image with the largest IoU > iou_thresh, as validate_detector_map
+    picks it (used or not: duplicates are sorted out by rank)."""
+    keys = np.full(len(dets), -1, np.int64)
+    offset = 0
+    for img, t in enumerate(truths):
+        t = np.asarray(t, np.float64).reshape(-1, 5)
+        sel = np.nonzero(dets[:, 0] == img)[0]
+        if len(sel) and len(t):
+            iou = box_iou(dets[sel, 3:7], t[:, :4])
+            iou[(dets[sel, 1][:, None] != t[None, :, 4]) | ~(iou > iou_thresh)] = -1
+            best = iou.argmax(axis=1)
+            hit = iou[np.arange(len(sel)), best] > 0
+            keys[sel[hit]] = offset + best[hit]
+        offset += len(t)
+    return keys
+
+
+def _first(keys):
+    """True where a key >= 0 occurs for the first time in this order."""
+    first = np.zeros(len(keys), bool)
+    have = np.nonzero(keys >= 0)[0]
+    _, idx = np.unique(keys[have], return_index=True)
+    first[have[idx]] = True
+    return first
+
+
+def _ranked_pr(score, keys, npos):
+    """Recall and precision down one class's ranking (score descending; ties keep the
+    detector's order): the first detection of a truth is a TP, later ones FP."""
+    order = np.argsort(-score, kind="stable")
+    ctp = np.cumsum(_first(keys[order]))
+    return ctp / npos, ctp / np.arange(1, len(ctp) + 1)
 
 
 @dataclass
 class MapResult:
     names: list
-    ap50: np.ndarray            # per class AP@0.5 (VOC all-point)
+    ap: np.ndarray              # per class AP at iou_thresh (AlexeyAB's `points` rule)
     ap_coco: np.ndarray         # per class AP averaged over IoU .50:.95 (101-point)
     truths_per_class: np.ndarray
+    tp_per_class: np.ndarray    # at score > thresh
+    fp_per_class: np.ndarray
     thresh: float
+    iou_thresh: float
+    points: int
     tp: int
     fp: int
     fn: int
-    avg_iou: float
+    avg_iou: float              # AlexeyAB's: IoU summed over TPs / (TP + FP), at thresh
 
     @property
-    def map50(self) -> float:
-        v = self.ap50[self.truths_per_class > 0]
-        return float(v.mean()) if len(v) else 0.0
+    def mean_ap(self) -> float:
+        """mAP@iou_thresh as AlexeyAB prints it: the mean over all classes."""
+        return float(self.ap.mean()) if len(self.ap) else 0.0
 
     @property
     def map_coco(self) -> float:
+        """COCO mAP@[.50:.95]: the mean over classes that have truths (pycocotools)."""
         v = self.ap_coco[self.truths_per_class > 0]
         return float(v.mean()) if len(v) else 0.0
 
@@ -113,55 +165,58 @@ class MapResult:
         return 2 * p * r / (p + r) if p + r else 0.0
 
     def report(self) -> str:
+        """AlexeyAB's validate_detector_map print-out (and the COCO figure after it)."""
         lines = []
         for c, name in enumerate(self.names):
-            lines.append(f"class_id = {c}, name = {name}, ap = {100 * self.ap50[c]:.2f}%   "
-                         f"(truths: {int(self.truths_per_class[c])})")
+            lines.append(f"class_id = {c}, name = {name}, ap = {100 * self.ap[c]:.2f}%   \t "
+                         f"(TP = {int(self.tp_per_class[c])}, FP = {int(self.fp_per_class[c])}) ")
         t = self.thresh
-        lines.append(f" for conf_thresh = {t:.2f}, precision = {self.precision:.2f}, recall = "
-                     f"{self.recall:.2f}, F1-score = {self.f1:.2f}")
+        lines.append(f"\n for conf_thresh = {t:.2f}, precision = {self.precision:.2f}, recall = "
+                     f"{self.recall:.2f}, F1-score = {self.f1:.2f} ")
         lines.append(f" for conf_thresh = {t:.2f}, TP = {self.tp}, FP = {self.fp}, FN = "
-                     f"{self.fn}, average IoU = {100 * self.avg_iou:.2f} %")
-        lines.append(f" mean average precision (mAP@0.50) = {self.map50:.6f}, or "
-                     f"{100 * self.map50:.2f} %")
+                     f"{self.fn}, average IoU = {100 * self.avg_iou:.2f} % ")
+        how = (f"used {self.points} Recall-points" if self.points
+               else "used Area-Under-Curve for each unique Recall")
+        lines.append(f"\n IoU threshold = {100 * self.iou_thresh:2.0f} %, {how} ")
+        lines.append(f" mean average precision (mAP@{self.iou_thresh:0.2f}) = {self.mean_ap:f}, "
+                     f"or {100 * self.mean_ap:.2f} % ")
         lines.append(f" COCO-style mAP@[.50:.95] = {self.map_coco:.6f}, or "
                      f"{100 * self.map_coco:.2f} %")
         return "\n".join(lines)
 
 
 def compute_map(detections, truths, classes: int, names=None, thresh: float = 0.25,
-                iou_thresh: float = 0.5) -> MapResult:
-    """detections: (n, 7) rows [image, class, score, x, y, w, h]; truths: list per image of
-    (m, 5) rows [x, y, w, h, class]."""
+                iou_thresh: float = 0.5, points: int = 0) -> MapResult:
+    """AlexeyAB's validate_detector_map on given detections. detections: (n, 7) rows [image,
+    class, score, x, y, w, h] in the order the detector produced them; truths: list per image
+    of (m, 5) rows [x, y, w, h, class].
+
+    A detection hits the same-class truth of its image with the largest IoU > iou_thresh;
+    down each class's ranking the first detection of a truth is a TP, later ones FP. At
+    `thresh` (score > thresh) a detection is a TP when no earlier detection of its image (in
+    the detector's order, any score) hit the same truth; its avg IoU divides by TP + FP."""
     dets = np.asarray(detections, np.float64).reshape(-1, 7)
     names = list(names) if names is not None else [str(i) for i in range(classes)]
-    ap50 = np.zeros(classes)
-    ap_coco = np.zeros(classes)
-    npos = np.zeros(classes, int)
-    tp_n = fp_n = 0
-    iou_sum = 0.0
-    for c in range(classes):
-        tr = {i: np.asarray(t, np.float64).reshape(-1, 5) for i, t in enumerate(truths)}
-        tr = {i: t[t[:, 4].astype(int) == c, :4] for i, t in tr.items()}
-        npos[c] = sum(len(t) for t in tr.values())
-        d = dets[dets[:, 1].astype(int) == c][:, [0, 2, 3, 4, 5, 6]]
-        coco = []
-        for k, thr in enumerate(np.arange(0.5, 0.951, 0.05)):
-            tp, ious, scores = match_class(d, tr, thr)
-            ctp = np.cumsum(tp)
-            rec = ctp / npos[c] if npos[c] else np.zeros(len(tp))
-            prec = ctp / np.arange(1, len(tp) + 1)
-            if k == 0:
-                ap50[c] = voc_ap(rec, prec) if npos[c] else 0.0
-                at = scores >= thresh
-                tp_n += int(tp[at].sum())
-                fp_n += int((~tp[at]).sum())
-                iou_sum += float(ious[at & tp].sum())
-            coco.append(coco_ap(rec, prec) if npos[c] else 0.0)
-        ap_coco[c] = float(np.mean(coco))
-    fn = int(npos.sum()) - tp_n
-    return MapResult(names, ap50, ap_coco, npos, thresh, tp_n, fp_n, fn,
-                     iou_sum / tp_n if tp_n else 0.0)
+    cls = dets[:, 1].astype(np.int64)
+    stacked = np.concatenate([np.asarray(t, np.float64).reshape(-1, 5) for t in truths]
+                             or [np.zeros((0, 5))])
+    npos = np.bincount(stacked[:, 4].astype(np.int64), minlength=classes)[:classes]
+    keys = _match(dets, truths, iou_thresh)
+    ap, ap_coco = np.zeros(classes), np.zeros(classes)
+    coco = [_match(dets, truths, t) for t in np.arange(0.5, 0.951, 0.05)]
+    for c in np.nonzero(npos)[0]:
+        sel = cls == c
+        ap[c] = ap_points(*_ranked_pr(dets[sel, 2], keys[sel], npos[c]), points)
+        ap_coco[c] = np.mean([coco_ap(*_ranked_pr(dets[sel, 2], k[sel], npos[c]))
+                              for k in coco])
+    at = dets[:, 2] > thresh
+    hit = _first(keys) & at                  # first in the detector's order, any score
+    tp_c = np.bincount(cls[hit], minlength=classes)[:classes]
+    fp_c = np.bincount(cls[at & ~hit], minlength=classes)[:classes]
+    iou_sum = float(iou_rows(dets[hit, 3:7], stacked[keys[hit], :4]).sum())
+    tp, fp = int(tp_c.sum()), int(fp_c.sum())
+    return MapResult(names, ap, ap_coco, npos, tp_c, fp_c, thresh, iou_thresh, points, tp, fp,
+                     int(npos.sum()) - tp, iou_sum / (tp + fp) if tp + fp else 0.0)
 
 
 def recall_stats(proposals, truths, iou_thresh: float = 0.5):
@@ -179,21 +234,24 @@ def recall_stats(proposals, truths, iou_thresh: float = 0.5):
 # -- running a network over a list -------------------------------------------------------------
 def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
     """Darknet's test path (letterbox, forward, get_network_boxes, do_nms_sort) over a list, in
-    batches of net.batch: yields (index, path, (w, h), boxes (k,4) relative, probs (k,C),
-    objectness (k,))."""
-    from ..vision.box import detect
-    from ..vision.image import load_image
-    for start in range(0, len(paths), net.batch):
-        chunk = paths[start:start + net.batch]
-        ims = [load_image(p, c=net.c) for p in chunk]
-        for j, (p, im, d) in enumerate(zip(chunk, ims, detect(net, ims, thresh, 0.5, nms))):
-            if progress:
-                progress(1)
-            yield start + j, p, (im.shape[2], im.shape[1]), d.bbox, d.prob, d.objectness
+    batches of net.batch (files decoded ahead by vision.detector.Detector): yields (index,
+    path, (w, h), boxes (k,4) relative, probs (k,C), objectness (k,)). An unreadable image
+    raises DataError."""
+    from ..vision.box import detection_layers
+    from ..vision.detector import Detector
+    numbers = [str(c) for c in range(detection_layers(net)[-1].classes)]
+    detector = Detector(net, thresh=thresh, nms=nms, names=numbers)
+    for k, p in enumerate(detector.run(paths)):
+        if p.error is not None:
+            raise DataError(p.error)
+        if progress:
+            progress(1)
+        d = p.detections
+        yield k, p.source, (p.image.shape[2], p.image.shape[1]), d.bbox, d.prob, d.objectness
 
 
 def evaluate_map(net, paths, truths, classes, names=None, thresh=0.25, iou_thresh=0.5,
-                 det_thresh=0.005, nms=0.45, progress=None) -> MapResult:
+                 det_thresh=0.005, nms=0.45, progress=None, points=0) -> MapResult:
     """validate_detector_map over images `paths` with label rows `truths`."""
     rows = []
     for k, _, _, boxes, probs, _ in detect_list(net, paths, det_thresh, nms, progress):
@@ -201,4 +259,103 @@ def evaluate_map(net, paths, truths, classes, names=None, thresh=0.25, iou_thres
         if len(i):
             rows.append(np.column_stack([np.full(len(i), k), c, probs[i, c], boxes[i]]))
     dets = np.concatenate(rows) if rows else np.zeros((0, 7))
-    return compute_map(dets, truths, classes, names, thresh, iou_thresh)
+    return compute_map(dets, truths, classes, names, thresh, iou_thresh, points)
+
+
+
+@dataclass
+class RecallTotals:
+    """validate_detector_recall's running totals after image k."""
+    k: int
+    correct: int
+    total: int
+    proposals: int
+    iou_sum: float
+
+    def line(self) -> str:
+        """The line Darknet prints after each image."""
+        n = max(self.total, 1)
+        return (f"{self.k:5d} {self.correct:5d} {self.total:5d}\tRPs/Img: "
+                f"{self.proposals / (self.k + 1):.2f}\tIOU: {100 * self.iou_sum / n:.2f}%\t"
+                f"Recall:{100 * self.correct / n:.2f}%")
+
+
+def validate_detector_recall(net, paths, truths, thresh: float = 0.001,
+                             iou_thresh: float = 0.5, nms: float = 0.4):
+    """validate_detector_recall: per image, the truths found by a proposal (objectness >
+    thresh) with IoU > iou_thresh; yields the running RecallTotals after each image."""
+    total = correct = proposals = 0
+    iou_sum = 0.0
+    for k, _, _, boxes, _, objs in detect_list(net, paths, thresh, nms):
+        keep = objs > thresh
+        proposals += int(keep.sum())
+        n, c, s = recall_stats(boxes[keep], truths[k], iou_thresh)
+        total, correct, iou_sum = total + n, correct + c, iou_sum + s
+        yield RecallTotals(k, correct, total, proposals, iou_sum)
+
+
+# -- result files (validate_detector) ----------------------------------------------------------
+COCO_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+            25, 27, 28, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 46, 47, 48, 49,
+            50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63, 64, 65, 67, 70, 72, 73, 74,
+            75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90)
+
+
+def class_file_stems(names: list[str]) -> list[str]:
+    """validate_detector's per-class file names (`<prefix><name>.txt`) made safe: a name is one
+    file name inside the output folder (no '/', '\\', NUL or other control characters, no
+    leading dots, so no '..'), at most 100 characters; names that end up equal (or empty)
+    get their class index appended."""
+    stems = [re.sub(r"[/\\\x00-\x1f\x7f]", "_", name).lstrip(".")[:100] for name in names]
+    counts = {s: stems.count(s) for s in stems}
+    return [s if s and counts[s] == 1 else f"{s}_{c}" if s else f"class_{c}"
+            for c, s in enumerate(stems)]
+
+
+def coco_image_id(path: str) -> int:
+    """get_coco_image_id: the number after the last '_' (or after the folder) in the name."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    digits = name.rsplit("_", 1)[-1]
+    try:
+        return int(digits)
+    except ValueError:
+        return 0
+
+
+def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
+                      thresh: float = 0.005, nms: float = 0.45, coco: bool = False,
+                      progress=None) -> int:
+    """validate_detector: per-class result files `out/<prefix><name>.txt` (the name made one
+    safe file name by class_file_stems; image stem, score, xmin ymin xmax ymax in 1-based
+    pixels clipped to the image), or with `coco` out/coco_results.json (category ids mapped to COCO's when there are 80 classes). Returns
+    the number of detections written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    classes = len(names)
+    results = []
+    written = 0
+    with contextlib.ExitStack() as stack:
+        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{stem}.txt", "w"))
+                                 for c, stem in enumerate(class_file_stems(names))}
+        for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, progress):
+            stem = os.path.splitext(os.path.basename(p))[0]
+            for b, pr in zip(boxes, probs):
+                x0, x1 = (b[0] - b[2] / 2) * w, (b[0] + b[2] / 2) * w
+                y0, y1 = (b[1] - b[3] / 2) * h, (b[1] + b[3] / 2) * h
+                for c in pr.nonzero()[0]:
+                    if coco:
+                        x0c, y0c = max(x0, 0.0), max(y0, 0.0)
+                        x1c, y1c = min(x1, w), min(y1, h)
+                        results.append({"image_id": coco_image_id(p),
+                                        "category_id": COCO_IDS[c] if classes == 80 else int(c),
+                                        "bbox": [float(v) for v in (x0c, y0c, x1c - x0c,
+                                                                     y1c - y0c)],
+                                        "score": float(pr[c])})
+                    else:
+                        files[c].write(f"{stem} {pr[c]:f} {max(x0 + 1, 1):f} {max(y0 + 1, 1):f} "
+                                       f"{min(x1 + 1, w):f} {min(y1 + 1, h):f}\n")
+                        written += 1
+    if coco:
+        (out / "coco_results.json").write_text(json.dumps(results))
+        written = len(results)
+    return written

@@ -57,7 +57,7 @@ def rand_uniform(rng, lo: float, hi: float) -> float:
     return lo + (hi - lo) * rng.random()
 
 
-def _rand_scale(rng, s):
+def rand_scale(rng, s):
     """rand_scale: a factor in [1, s], inverted half the time."""
     lo, hi = (1.0, s) if s >= 1 else (s, 1.0)
     f = rng.uniform(lo, hi)
@@ -206,8 +206,8 @@ def random_distort_image(rng, im, hue, saturation, exposure):
     of fewer than 3 channels (a grey `channels=1` network) has its first channel scaled by the
     exposure factor only, as AlexeyAB's distort_image does; a fourth channel is left alone."""
     dhue = rand_uniform(rng, -hue, hue) if hue else 0.0
-    dsat = _rand_scale(rng, saturation) if saturation != 1 else 1.0
-    dexp = _rand_scale(rng, exposure) if exposure != 1 else 1.0
+    dsat = rand_scale(rng, saturation) if saturation != 1 else 1.0
+    dexp = rand_scale(rng, exposure) if exposure != 1 else 1.0
     if dhue == 0 and dsat == 1 and dexp == 1:
         return im
     if im.shape[0] < 3:

@@ -10,10 +10,13 @@ import math
 
 import numpy as np
 
-from ..detections import Detections, letterbox_size
+from ..detections import Detections
 from ..errors import CfgError
-from ..kernels.box import (correct_yolo_boxes_cpu, do_nms_sort_cpu, get_yolo_detections_cpu,
-                           yolo_num_detections_cpu)
+from ..kernels.box import do_nms_sort_cpu
+from ..layers.yolo import get_yolo_detections  # noqa: F401 (the layer's decoding, re-exported)
+from .box_ab import network_nms
+
+INT_MAX = 2 ** 31 - 1
 
 
 def detection_layers(net) -> list:
@@ -28,33 +31,15 @@ def detection_layers(net) -> list:
     return layers
 
 
-def get_yolo_detections(l, w: int, h: int, netw: int, neth: int, thresh: float,
-                        relative: bool = True, b: int = 0, letterbox: bool = True) -> Detections:
-    """get_yolo_detections for image b of the batch, then correct_yolo_boxes for a w x h image.
-
-    Darknet averages the output with a horizontally flipped copy when the layer's batch is 2
-    (avg_flipped_yolo, meant for flip test-time augmentation); here every image of a batch is
-    decoded on its own, so batch 2 gives what batch 1 gives."""
-    t = np.float32(thresh)
-    offset = b * l.outputs
-    count = yolo_num_detections_cpu(l.output, offset, l.n, l.w * l.h, l.classes, t)
-    dets = Detections(np.empty((count, 4), np.float32), np.empty(count, np.float32),
-                      np.empty((count, l.classes), np.float32))
-    get_yolo_detections_cpu(dets.bbox, dets.objectness, dets.prob, l.output, offset, l.n, l.w,
-                            l.h, l.classes, np.ascontiguousarray(l.biases, np.float32),
-                            np.ascontiguousarray(l.mask, np.int64), netw, neth, t)
-    new_w, new_h = letterbox_size(w, h, netw, neth) if letterbox else (netw, neth)
-    correct_yolo_boxes_cpu(dets.bbox, w, h, netw, neth, new_w, new_h, relative)
-    return dets
-
-
 _LAYER_DETECTIONS = {
-    # fill_network_boxes: each kind's detections for image b, boxes relative to the image
-    "yolo": lambda l, net, w, h, thresh, relative, b, letterbox: get_yolo_detections(
-        l, w, h, net.w, net.h, thresh, relative, b, letterbox),
-    "region": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(
+    # fill_network_boxes: each kind's detections for image b, boxes relative to the image;
+    # only [region] reads hier (its class tree's threshold)
+    "yolo": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
         w, h, net.w, net.h, thresh, relative, b, letterbox),
-    "detection": lambda l, net, w, h, thresh, relative, b, letterbox: l.get_detections(thresh, b),
+    "region": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
+        w, h, net.w, net.h, thresh, relative, b, letterbox, hier),
+    "detection": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
+        thresh, b),
 }
 
 
@@ -63,15 +48,15 @@ def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.
     """get_network_boxes: the detections of every yolo / region / detection layer, in layer
     order, for image b of the batch.
 
-    `hier` is Darknet's hierarchical threshold; only [region] layers with a class tree (tree=,
-    not supported) use it, so it changes nothing here, as in Darknet without a tree."""
+    `hier` is Darknet's hierarchical threshold: [region] layers with a class tree (tree=)
+    descend it while the path probability stays above hier; other layers ignore it."""
     if math.isnan(thresh) or math.isnan(hier):
         raise ValueError("get_network_boxes: thresh and hier must be numbers, not NaN")
     layers = detection_layers(net)
     classes = layers[-1].classes
     if any(l.classes != classes for l in layers):
         raise CfgError("the detection layers of this cfg disagree on the number of classes")
-    parts = [_LAYER_DETECTIONS[l.type](l, net, w, h, thresh, relative, b, letterbox)
+    parts = [_LAYER_DETECTIONS[l.type](l, net, w, h, thresh, hier, relative, b, letterbox)
              for l in layers]
     return Detections(np.concatenate([p.bbox for p in parts]),
                       np.concatenate([p.objectness for p in parts]),
@@ -91,11 +76,15 @@ def do_nms_sort(dets: Detections, nms: float = 0.45) -> Detections:
 def box_corners(bbox: np.ndarray, im_w: int, im_h: int) -> np.ndarray:
     """draw_detections' pixel corners of relative (x, y, w, h) boxes: (int)((x -/+ w/2) * im_w)
     in double, truncated toward zero, clipped to the image. Returns (count, 4) int: left, top,
-    right, bot."""
+    right, bot. A NaN coordinate (weights with NaN) becomes 0 and an infinite one is clipped
+    to the range of a C int before the conversion, which NaN or Inf would make undefined."""
     b = np.asarray(bbox, np.float64).reshape(-1, 4)
     x, y, w, h = b[:, 0], b[:, 1], b[:, 2], b[:, 3]
-    c = np.trunc(np.stack([(x - w / 2) * im_w, (y - h / 2) * im_h,
-                           (x + w / 2) * im_w, (y + h / 2) * im_h], axis=1)).astype(np.int64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        f = np.stack([(x - w / 2) * im_w, (y - h / 2) * im_h,
+                      (x + w / 2) * im_w, (y + h / 2) * im_h], axis=1)
+    f = np.clip(np.nan_to_num(f, nan=0.0), -INT_MAX, INT_MAX)
+    c = np.trunc(f).astype(np.int64)
     c[:, 0] = np.maximum(c[:, 0], 0)
     c[:, 1] = np.maximum(c[:, 1], 0)
     c[:, 2] = np.minimum(c[:, 2], im_w - 1)
@@ -161,11 +150,12 @@ def network_input(net, images: list[np.ndarray], letterbox: bool = True) -> np.n
 def detect(net, images: list[np.ndarray], thresh: float = 0.5, hier: float = 0.5,
            nms: float = 0.45, letterbox: bool = True) -> list[Detections]:
     """test_detector for up to net.batch images ((net.c, h, w) float32 each): letterbox, forward,
-    get_network_boxes (relative to each image), do_nms_sort when nms > 0."""
+    get_network_boxes (relative to each image), then when nms > 0 do_nms_sort or the NMS kind
+    of an AlexeyAB network's last [yolo] layer."""
     detection_layers(net)
     net.forward(network_input(net, images, letterbox), train=False)
     out = []
     for b, im in enumerate(images):
         dets = get_network_boxes(net, im.shape[2], im.shape[1], thresh, hier, True, b, letterbox)
-        out.append(do_nms_sort(dets, nms) if nms else dets)
+        out.append(network_nms(net, dets, nms) if nms else dets)
     return out

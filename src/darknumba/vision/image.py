@@ -69,6 +69,12 @@ def bytes_to_image(rgb: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32) / np.float32(255.0)
 
 
+def image_from_pil(img, c: int = 3) -> np.ndarray:
+    """(c, h, w) float32 in [0, 1] from a Pillow image of any mode, as load_image reads files
+    (c = 3: as load_image_color)."""
+    return bytes_to_image(convert_channels(_native_bytes(img), c))
+
+
 def _decode(p: Path, c: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
     try:
@@ -87,7 +93,7 @@ def _decode(p: Path, c: int) -> np.ndarray:
             raise DataError(f"cannot read image {p}: it has no pixels ({img.width} x {img.height})")
         try:
             img.load()
-            return bytes_to_image(convert_channels(_native_bytes(img), c))
+            return image_from_pil(img, c)
         except MemoryError:
             raise DataError(f"cannot read image {p}: {img.width} x {img.height} does not fit "
                             f"in memory") from None

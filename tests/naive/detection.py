@@ -1,72 +1,25 @@
-"""Slow, readable float64 references for the training kernels: plain loops over Darknet's
-formulas, used by the tests as the spec the fast kernels must match.
+"""Darknet's detection losses and box post-processing, loop by loop in float64 (or in the
+precision of the boxes given, for the IoU): the yolo and region layers' training deltas,
+do_nms_sort.
 
-Layouts as in darknumba: activations flat `batch x c x h x w`; conv weights
-`n x c/groups x size x size`; yolo output per image `[anchor][4+1+classes][h][w]`;
-yolo truth per image 90 x (x, y, w, h, class)."""
+Layouts as in darknumba: yolo output per image `[anchor][4+1+classes][h][w]`; yolo truth per
+image 90 x (x, y, w, h, class); region truth per image 30 x (x, y, w, h, class).
+"""
 import math
 
 import numpy as np
 
 
-# -- convolution -------------------------------------------------------------------------------
-def conv_backward(x, w, delta, batch, c, h, wd, n, size, stride, pad, groups):
-    """(weight gradient, input gradient) of out[b, f, oy, ox] = sum w[f, ci, ky, kx] *
-    x[b, g*cg + ci, oy*stride + ky - pad, ox*stride + kx - pad], given delta = d/d(out)."""
-    cg, m = c // groups, n // groups
-    oh = (h + 2 * pad - size) // stride + 1
-    ow = (wd + 2 * pad - size) // stride + 1
-    x = x.astype(np.float64).reshape(batch, c, h, wd)
-    w = w.astype(np.float64).reshape(n, cg, size, size)
-    d = delta.astype(np.float64).reshape(batch, n, oh, ow)
-    dw = np.zeros_like(w)
-    dx = np.zeros_like(x)
-    for f in range(n):
-        g = f // m
-        for ci in range(cg):
-            for ky in range(size):
-                for kx in range(size):
-                    for oy in range(oh):
-                        iy = oy * stride + ky - pad
-                        if not 0 <= iy < h:
-                            continue
-                        for ox in range(ow):
-                            ix = ox * stride + kx - pad
-                            if not 0 <= ix < wd:
-                                continue
-                            dw[f, ci, ky, kx] += np.dot(d[:, f, oy, ox], x[:, g * cg + ci, iy, ix])
-                            dx[:, g * cg + ci, iy, ix] += w[f, ci, ky, kx] * d[:, f, oy, ox]
-    return dw.ravel(), dx.ravel()
-
-
-# -- batch norm (Darknet's backward formulas, backward epsilon 1e-5 inside the sqrt) -----------
-def batchnorm_backward(delta, x, x_norm, mean, variance, scales, batch, c, spatial):
-    """(bias_updates, scale_updates, mean_delta, variance_delta, delta w.r.t. x)."""
-    d = delta.astype(np.float64).reshape(batch, c, spatial)
-    x = x.astype(np.float64).reshape(batch, c, spatial)
-    xn = x_norm.astype(np.float64).reshape(batch, c, spatial)
-    mean = mean.astype(np.float64)
-    var = variance.astype(np.float64) + 1e-5
-    bias_up = d.sum(axis=(0, 2))
-    scale_up = (d * xn).sum(axis=(0, 2))
-    d = d * scales.astype(np.float64)[None, :, None]
-    mean_delta = -d.sum(axis=(0, 2)) / np.sqrt(var)
-    xc = x - mean[None, :, None]
-    var_delta = -0.5 * (d * xc).sum(axis=(0, 2)) * var ** -1.5
-    N = batch * spatial
-    out = d / np.sqrt(var)[None, :, None] + var_delta[None, :, None] * 2 * xc / N \
-        + mean_delta[None, :, None] / N
-    return bias_up, scale_up, mean_delta, var_delta, out.ravel()
-
-
 # -- yolo loss ---------------------------------------------------------------------------------
-def _iou(a, b):
+def box_iou(a, b):
+    """box_iou of two centred (x, y, w, h) boxes, in the precision of their values."""
     def overlap(x1, w1, x2, w2):
         return min(x1 + w1 / 2, x2 + w2 / 2) - max(x1 - w1 / 2, x2 - w2 / 2)
     w = overlap(a[0], a[2], b[0], b[2])
     h = overlap(a[1], a[3], b[1], b[3])
     inter = 0.0 if (w < 0 or h < 0) else w * h
-    return inter / (a[2] * a[3] + b[2] * b[3] - inter)
+    union = a[2] * a[3] + b[2] * b[3] - inter
+    return inter / union if union > 0 else 0.0
 
 
 def yolo_loss(output, truth, biases, mask, total, batch, n, lw, lh, classes, netw, neth,
@@ -92,7 +45,7 @@ def yolo_loss(output, truth, biases, mask, total, batch, n, lw, lh, classes, net
                   math.log(t[3] * neth / biases[2 * anchor + 1]))
         for e in range(4):
             delta[idx(b, a, e, j, i)] = scale * (target[e] - out[idx(b, a, e, j, i)])
-        return _iou(p, t)
+        return box_iou(p, t)
 
     def class_delta(b, a, j, i, cls):
         if delta[idx(b, a, 5, j, i)] != 0:
@@ -116,7 +69,7 @@ def yolo_loss(output, truth, biases, mask, total, batch, n, lw, lh, classes, net
                     p = pred_box(b, a, mask[a], j, i)
                     best_iou, best_t = 0.0, 0
                     for t, tb in enumerate(boxes):
-                        iou = _iou(p, tb)
+                        iou = box_iou(p, tb)
                         if iou > best_iou:
                             best_iou, best_t = iou, t
                     o = idx(b, a, 4, j, i)
@@ -133,7 +86,7 @@ def yolo_loss(output, truth, biases, mask, total, batch, n, lw, lh, classes, net
             i, j = int(np.float32(tb[0]) * np.float32(lw)), int(np.float32(tb[1]) * np.float32(lh))
             best_iou, best_n = 0.0, 0
             for a in range(total):
-                iou = _iou((0, 0, biases[2 * a] / netw, biases[2 * a + 1] / neth),
+                iou = box_iou((0, 0, biases[2 * a] / netw, biases[2 * a + 1] / neth),
                            (0, 0, tb[2], tb[3]))
                 if iou > best_iou:
                     best_iou, best_n = iou, a
@@ -155,3 +108,70 @@ def yolo_loss(output, truth, biases, mask, total, batch, n, lw, lh, classes, net
              "recall50": s["r50"] / c if c else math.nan,
              "recall75": s["r75"] / c if c else math.nan, "count": c}
     return delta, float((delta ** 2).sum()), stats
+
+
+# -- region (YOLOv2) loss ----------------------------------------------------------------------
+def region_deltas(out, truth, anchors, n, w, h, classes, thresh, seen, scales, rescore=0):
+    """An independent float64 reading of forward_region_layer's training branch (no tree,
+    softmax classes, coords=4)."""
+    cs, os_, ns, cls_s = scales
+    out = out.astype(np.float64).reshape(-1, n, 5 + classes, h, w)
+    delta = np.zeros_like(out)
+
+    def pbox(b, a, j, i):
+        o = out[b, a, :, j, i]
+        return np.array([(i + o[0]) / w, (j + o[1]) / h, np.exp(o[2]) * anchors[2 * a] / w,
+                         np.exp(o[3]) * anchors[2 * a + 1] / h])
+
+    def box_delta(b, a, j, i, t, s):
+        o = out[b, a, :, j, i]
+        tgt = [t[0] * w - i, t[1] * h - j, np.log(t[2] * w / anchors[2 * a]),
+               np.log(t[3] * h / anchors[2 * a + 1])]
+        delta[b, a, :4, j, i] = s * (np.array(tgt) - o[:4])
+        return box_iou(pbox(b, a, j, i), t)
+
+    for b in range(out.shape[0]):
+        boxes = [t for t in truth[b].reshape(30, 5) if t[0] != 0]
+        for j in range(h):
+            for i in range(w):
+                for a in range(n):
+                    best = max([box_iou(pbox(b, a, j, i), t[:4]) for t in boxes] + [0])
+                    delta[b, a, 4, j, i] = 0 if best > thresh else ns * -out[b, a, 4, j, i]
+                    if seen < 12800:
+                        box_delta(b, a, j, i, [(i + .5) / w, (j + .5) / h, anchors[2 * a] / w,
+                                               anchors[2 * a + 1] / h], 0.01)
+        for t in boxes:
+            i, j = int(t[0] * w), int(t[1] * h)
+            shape_iou = [box_iou([0, 0, *pbox(b, a, j, i)[2:]], [0, 0, t[2], t[3]])
+                         for a in range(n)]
+            a = int(np.argmax(shape_iou))
+            v = box_delta(b, a, j, i, t[:4], cs * (2 - t[2] * t[3]))
+            o = out[b, a, 4, j, i]
+            delta[b, a, 4, j, i] = os_ * ((v if rescore else 1) - o)
+            onehot = np.eye(classes)[int(t[4])]
+            delta[b, a, 5:, j, i] = cls_s * (onehot - out[b, a, 5:, j, i])
+    return delta.ravel()
+
+
+# -- non-maximum suppression -------------------------------------------------------------------
+def nms_sort(bbox, obj, prob, thresh):
+    """do_nms_sort written plainly (Python's sort is stable, like glibc's merge sort)."""
+    prob = prob.copy()
+    order = list(range(len(obj)))
+    k, i = len(order) - 1, 0
+    while i <= k:
+        if obj[order[i]] == 0:
+            order[i], order[k] = order[k], order[i]
+            k -= 1
+        else:
+            i += 1
+    total = k + 1
+    for c in range(prob.shape[1]):
+        order[:total] = sorted(order[:total], key=lambda j: -prob[j, c])
+        for i in range(total):
+            if prob[order[i], c] == 0:
+                continue
+            for j in range(i + 1, total):
+                if box_iou(bbox[order[i]], bbox[order[j]]) > thresh:
+                    prob[order[j], c] = 0
+    return order, prob
