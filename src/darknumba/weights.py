@@ -59,8 +59,11 @@ def read_header(data: bytes, path: str):
 
 def peek_version(path) -> tuple | None:
     """The (major, minor, revision) a .weights file starts with, or None when it cannot be
-    read (load_weights then says what is wrong with it)."""
+    read (load_weights then says what is wrong with it). Only a regular file is opened:
+    opening a FIFO would block."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb") as f:
             head = f.read(12)
     except OSError:
