@@ -97,6 +97,15 @@ class Quirks:
     bn_delta_eps_outside_sqrt: bool = False
     # rolling statistics: rolling = m * rolling + (1 - m) * batch statistic
     bn_rolling_momentum: float = 0.99
+    # AlexeyAB's CPU backward_batchnorm_layer leaves bias_updates alone (its GPU one adds the
+    # delta's sum): under alexeyab + compat="darknet-cpu" a batch-norm layer's biases never learn
+    bn_bias_not_updated: bool = False
+    # AlexeyAB's CPU antialiased layers have no blur backward: the next layer's gradient, in
+    # the blurred layout, fills the start of the host-sized delta and is read as the host's
+    antialias_no_blur_backward: bool = False
+    # AlexeyAB's make_implicit_layer leaves l.train = 0, so update_network skips [implicit]:
+    # its weights never learn
+    implicit_not_updated: bool = False
     # .weights header written on save: (major, minor, revision)
     weights_version: tuple = (0, 2, 0)
     # [yolo] follows AlexeyAB's yolo_layer.c (layers/yolo_ab.py): its keys and defaults (max=200
@@ -160,7 +169,10 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
         return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_delta_eps_outside_sqrt=True,
                       bn_rolling_momentum=0.9, weights_version=(0, 2, 5), yolo_alexeyab=True,
                       col2im_zeroes_delta=compat == "darknet-cpu",
-                      sam_overwrites_from_delta=compat == "darknet-cpu")
+                      sam_overwrites_from_delta=compat == "darknet-cpu",
+                      bn_bias_not_updated=compat == "darknet-cpu",
+                      antialias_no_blur_backward=compat == "darknet-cpu",
+                      implicit_not_updated=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,
                   overwrite_delta=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,

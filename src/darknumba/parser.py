@@ -180,6 +180,7 @@ def _build_layers(net: Network, sections: list[Section], path: str, b: memory.Me
             b.take_workspace(4 * l.workspace_size)
         except memory.SizeError as e:
             raise CfgError(f"{s.where()}: layer {index}: {e}") from None
+        l.quirks = net.quirks                        # every layer: the network's behaviours
         _generic_options(s, l)
         _warn_unused(s)
         net.layers.append(l)

@@ -108,7 +108,8 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
          iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", callback=not_nan, help="IoU for a true positive (mAP@IoU)")] = 0.5,
          points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = 0):
     """AlexeyAB's map: per-class AP and TP/FP, P/R/F1/avg IoU at --thresh, mAP@--iou-thresh by
-    the --points rule, and COCO mAP@[.5:.95]."""
+    the --points rule; then COCOeval's 12 figures (AP@[.5:.95], AP50, AP75, APs/m/l, AR),
+    computed as pycocotools computes them."""
     if points < 0 or points == 1:
         raise typer.BadParameter("-points takes 0 (area under the curve) or a count of 2 or more "
                                  "recall points (11, 101)")

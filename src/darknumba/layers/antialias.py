@@ -73,7 +73,17 @@ class Antialiased(Layer):
         self.blur.forward(step_net(net, self.host.output))
 
     def backward(self, net):
-        self.blur.backward(step_net(net, self.host.output, self.host.delta))
+        """The blur's backward into the host's delta, then the host's. AlexeyAB's CPU build
+        has no blur backward: the next layer's gradient (blurred layout) lands in the first
+        values of the host-sized delta, read as the host's (quirks.antialias_no_blur_backward)."""
+        self.host.delta.fill(0)
+        if self.quirks.antialias_no_blur_backward:
+            # its forward also copied the blurred output over the start of the host's output,
+            # which the host's activation gradient then reads
+            self.host.delta[:self.delta.size] = self.delta
+            self.host.output[:self.output.size] = self.output
+        else:
+            self.blur.backward(step_net(net, self.host.output, self.host.delta))
         self.host.backward(net)
 
     def update(self, a):

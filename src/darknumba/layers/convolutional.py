@@ -110,9 +110,12 @@ def backward_batchnorm(l, net):
     batch mean and variance (train mode) or the rolling statistics (test mode)."""
     n, spatial = l.out_c, l.out_h * l.out_w
     mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
+    kept = l.bias_updates.copy() if l.quirks.bn_bias_not_updated else None
     batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
                        l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta, l.mean,
                        bn_divisor(l, l.variance), l.quirks.bn_delta_eps_outside_sqrt)
+    if kept is not None:
+        l.bias_updates[:] = kept
 
 
 def alloc_params(l, nweights, n):

@@ -48,7 +48,10 @@ class ImplicitLayer(Layer):
         backward_implicit_cpu(self.batch, self.nweights, self.delta, self.weight_updates)
 
     def update(self, a):
-        """update_implicit_layer"""
+        """update_implicit_layer (never called by AlexeyAB's update_network, which skips a
+        layer with l.train = 0: quirks.implicit_not_updated)"""
+        if self.quirks.implicit_not_updated:
+            return
         f32 = np.float32
         rate = f32(f32(a.learning_rate) * f32(self.learning_rate_scale))
         sgd_update_cpu(self.nweights, f32(rate / f32(a.batch)), f32(-f32(a.decay) * f32(a.batch)),

@@ -1,16 +1,26 @@
-"""Detector evaluation: AlexeyAB's `detector map` figures and pjreddie's `detector recall`.
+"""Detector evaluation: AlexeyAB's `detector map` figures, COCO's (pycocotools' COCOeval, in
+cocoeval.py) and pjreddie's `detector recall`.
 
 A detection is (image index, class, score, x, y, w, h) with the box relative and centre-based;
-truths are the label rows [x, y, w, h, class]. Matching is VOC's: per class, detections sorted by
-score, each takes the unmatched truth of its image it overlaps most if IoU > iou_thresh, else
-it is a false positive.
+truths are the label rows [x, y, w, h, class].
 
-* AP@0.5: VOC all-point interpolation (the precision envelope integrated over recall), as
-  AlexeyAB's `validate_detector_map` with `-points 0`.
-* mAP@[.5:.95]: COCO's definition, the mean over IoU thresholds .50:.05:.95 of the per-class AP
-  with 101-point interpolation.
+Which AP each number is:
+* AlexeyAB's per-class `ap` and `mAP@0.50` (its validate_detector_map): VOC matching (per
+  class, detections by score, each takes the same-class truth of its image it overlaps most,
+  if IoU > iou_thresh, strictly; a truth found twice makes the second a false positive; every
+  detection counts) and, by `points`, VOC 2010+'s all-point interpolation (0, the default:
+  the area under the precision envelope at every unique recall), VOC 2007's 11 points or
+  101 points. The mean is over every class, those without truths counting 0.
+* COCO AP@[.50:.95], AP50, AP75, APs/m/l, AR: exactly COCOeval's (see cocoeval.py): its own
+  matching (the best *unmatched* truth with IoU >= the threshold), 101-point interpolation,
+  at most 100 detections per image and class, crowd truths ignored, means over the classes
+  with truths. Its AP50 differs from AlexeyAB's mAP@0.50 in matching, interpolation and the
+  classes averaged.
 * At a confidence threshold: TP, FP, FN, precision, recall, F1 and the average IoU of the true
   positives (AlexeyAB's `for conf_thresh = 0.25` line).
+Crowd truths (an optional flag per truth; Darknet's label files have none) are ignored by
+COCO's figures and are VOC's "difficult" truths in AlexeyAB's: not counted, and a detection
+that takes one is neither a true nor a false positive.
 """
 from __future__ import annotations
 
@@ -24,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from .cocoeval import CocoEval, coco_evaluate
 
 
 def box_iou(a, b) -> np.ndarray:
@@ -61,16 +72,6 @@ def voc_ap(recall, precision) -> float:
     mpre = np.maximum.accumulate(mpre[::-1])[::-1]
     i = np.nonzero(mrec[1:] != mrec[:-1])[0]
     return float(np.sum((mrec[i + 1] - mrec[i]) * mpre[i + 1]))
-
-
-def coco_ap(recall, precision) -> float:
-    """101-point interpolated AP (pycocotools' accumulate)."""
-    if len(recall) == 0:
-        return 0.0
-    env = np.maximum.accumulate(np.asarray(precision, np.float64)[::-1])[::-1]
-    pts = np.linspace(0, 1, 101)
-    idx = np.searchsorted(recall, pts, side="left")
-    return float(np.mean(np.where(idx < len(env), env[np.minimum(idx, len(env) - 1)], 0.0)))
 
 
 def ap_points(recall, precision, points: int = 0) -> float:
@@ -128,8 +129,7 @@ def _ranked_pr(score, keys, npos):
 class MapResult:
     names: list
     ap: np.ndarray              # per class AP at iou_thresh (AlexeyAB's `points` rule)
-    ap_coco: np.ndarray         # per class AP averaged over IoU .50:.95 (101-point)
-    truths_per_class: np.ndarray
+    truths_per_class: np.ndarray   # crowd truths not counted
     tp_per_class: np.ndarray    # at score > thresh
     fp_per_class: np.ndarray
     thresh: float
@@ -139,6 +139,7 @@ class MapResult:
     fp: int
     fn: int
     avg_iou: float              # AlexeyAB's: IoU summed over TPs / (TP + FP), at thresh
+    coco: CocoEval              # pycocotools' COCOeval figures (cocoeval.py)
 
     @property
     def mean_ap(self) -> float:
@@ -147,9 +148,18 @@ class MapResult:
 
     @property
     def map_coco(self) -> float:
-        """COCO mAP@[.50:.95]: the mean over classes that have truths (pycocotools)."""
-        v = self.ap_coco[self.truths_per_class > 0]
-        return float(v.mean()) if len(v) else 0.0
+        """COCO AP@[.50:.95] (COCOeval's stats[0]); -1 without truths."""
+        return self.coco.ap()
+
+    @property
+    def ap50_coco(self) -> float:
+        """COCO AP50 (COCOeval's stats[1]): 101-point, COCO's matching; not mean_ap."""
+        return self.coco.ap(.5)
+
+    @property
+    def ap_coco(self) -> np.ndarray:
+        """Per class COCO AP@[.50:.95]; -1 for a class without truths."""
+        return np.array([self.coco.class_ap(c) for c in range(len(self.names))])
 
     @property
     def precision(self) -> float:
@@ -165,7 +175,7 @@ class MapResult:
         return 2 * p * r / (p + r) if p + r else 0.0
 
     def report(self) -> str:
-        """AlexeyAB's validate_detector_map print-out (and the COCO figure after it)."""
+        """AlexeyAB's validate_detector_map print-out, then COCOeval's summary."""
         lines = []
         for c, name in enumerate(self.names):
             lines.append(f"class_id = {c}, name = {name}, ap = {100 * self.ap[c]:.2f}%   \t "
@@ -180,43 +190,48 @@ class MapResult:
         lines.append(f"\n IoU threshold = {100 * self.iou_thresh:2.0f} %, {how} ")
         lines.append(f" mean average precision (mAP@{self.iou_thresh:0.2f}) = {self.mean_ap:f}, "
                      f"or {100 * self.mean_ap:.2f} % ")
-        lines.append(f" COCO-style mAP@[.50:.95] = {self.map_coco:.6f}, or "
-                     f"{100 * self.map_coco:.2f} %")
+        areas = "areas in pixels" if self.coco.sized else "image sizes unknown: area=all only"
+        lines.append(f"\nCOCO (as pycocotools' COCOeval: 101-point AP, its matching, at most "
+                     f"100 detections per image and class, {areas}):")
+        lines.append(self.coco.summary())
         return "\n".join(lines)
 
 
 def compute_map(detections, truths, classes: int, names=None, thresh: float = 0.25,
-                iou_thresh: float = 0.5, points: int = 0) -> MapResult:
-    """AlexeyAB's validate_detector_map on given detections. detections: (n, 7) rows [image,
-    class, score, x, y, w, h] in the order the detector produced them; truths: list per image
-    of (m, 5) rows [x, y, w, h, class].
+                iou_thresh: float = 0.5, points: int = 0, sizes=None, crowd=None) -> MapResult:
+    """AlexeyAB's validate_detector_map on given detections, and COCOeval's figures on the
+    same. detections: (n, 7) rows [image, class, score, x, y, w, h] in the order the detector
+    produced them; truths: list per image of (m, 5) rows [x, y, w, h, class]; sizes: (w, h)
+    of each image (COCO's area ranges), or None; crowd: per image, m iscrowd flags, or None.
 
     A detection hits the same-class truth of its image with the largest IoU > iou_thresh;
     down each class's ranking the first detection of a truth is a TP, later ones FP. At
     `thresh` (score > thresh) a detection is a TP when no earlier detection of its image (in
-    the detector's order, any score) hit the same truth; its avg IoU divides by TP + FP."""
+    the detector's order, any score) hit the same truth; its avg IoU divides by TP + FP. A
+    detection that hits a crowd truth counts as neither."""
     dets = np.asarray(detections, np.float64).reshape(-1, 7)
     names = list(names) if names is not None else [str(i) for i in range(classes)]
     cls = dets[:, 1].astype(np.int64)
     stacked = np.concatenate([np.asarray(t, np.float64).reshape(-1, 5) for t in truths]
                              or [np.zeros((0, 5))])
-    npos = np.bincount(stacked[:, 4].astype(np.int64), minlength=classes)[:classes]
+    is_crowd = (np.concatenate([np.asarray(c, bool).reshape(-1) for c in crowd] or [[]])
+                .astype(bool) if crowd is not None else np.zeros(len(stacked), bool))
+    npos = np.bincount(stacked[~is_crowd, 4].astype(np.int64), minlength=classes)[:classes]
     keys = _match(dets, truths, iou_thresh)
-    ap, ap_coco = np.zeros(classes), np.zeros(classes)
-    coco = [_match(dets, truths, t) for t in np.arange(0.5, 0.951, 0.05)]
+    counted = (keys < 0) | ~is_crowd[np.maximum(keys, 0)]
+    ap = np.zeros(classes)
     for c in np.nonzero(npos)[0]:
-        sel = cls == c
+        sel = (cls == c) & counted
         ap[c] = ap_points(*_ranked_pr(dets[sel, 2], keys[sel], npos[c]), points)
-        ap_coco[c] = np.mean([coco_ap(*_ranked_pr(dets[sel, 2], k[sel], npos[c]))
-                              for k in coco])
-    at = dets[:, 2] > thresh
+    at = (dets[:, 2] > thresh) & counted
     hit = _first(keys) & at                  # first in the detector's order, any score
     tp_c = np.bincount(cls[hit], minlength=classes)[:classes]
     fp_c = np.bincount(cls[at & ~hit], minlength=classes)[:classes]
     iou_sum = float(iou_rows(dets[hit, 3:7], stacked[keys[hit], :4]).sum())
     tp, fp = int(tp_c.sum()), int(fp_c.sum())
-    return MapResult(names, ap, ap_coco, npos, tp_c, fp_c, thresh, iou_thresh, points, tp, fp,
-                     int(npos.sum()) - tp, iou_sum / (tp + fp) if tp + fp else 0.0)
+    return MapResult(names, ap, npos, tp_c, fp_c, thresh, iou_thresh, points, tp, fp,
+                     int(npos.sum()) - tp, iou_sum / (tp + fp) if tp + fp else 0.0,
+                     coco_evaluate(dets, truths, classes, sizes, crowd))
 
 
 def recall_stats(proposals, truths, iou_thresh: float = 0.5):
@@ -253,13 +268,14 @@ def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
 def evaluate_map(net, paths, truths, classes, names=None, thresh=0.25, iou_thresh=0.5,
                  det_thresh=0.005, nms=0.45, progress=None, points=0) -> MapResult:
     """validate_detector_map over images `paths` with label rows `truths`."""
-    rows = []
-    for k, _, _, boxes, probs, _ in detect_list(net, paths, det_thresh, nms, progress):
+    rows, sizes = [], []
+    for k, _, size, boxes, probs, _ in detect_list(net, paths, det_thresh, nms, progress):
+        sizes.append(size)
         i, c = np.nonzero(probs > 0)
         if len(i):
             rows.append(np.column_stack([np.full(len(i), k), c, probs[i, c], boxes[i]]))
     dets = np.concatenate(rows) if rows else np.zeros((0, 7))
-    return compute_map(dets, truths, classes, names, thresh, iou_thresh, points)
+    return compute_map(dets, truths, classes, names, thresh, iou_thresh, points, sizes)
 
 
 
