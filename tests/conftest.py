@@ -45,6 +45,17 @@ def tiny_weights() -> Path:
     return TINY_WEIGHTS
 
 
+def max_rel(a, b) -> tuple[float, float]:
+    """(max |a-b|, max |a-b| / max |b|)"""
+    d = float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64)))) if np.size(b) else 0.0
+    scale = float(np.max(np.abs(b))) if np.size(b) else 1.0
+    return d, d / (scale if scale > 0 else 1.0)
+
+
+def pytest_collection_modifyitems(items):
+    """The fuzz suite runs last: its driver processes reuse the kernels that the other tests
+    compiled into numba's cache."""
+    items.sort(key=lambda item: Path(str(item.fspath)).parent.name == "fuzz")
 def v4tiny_weights() -> Path:
     if not V4TINY_WEIGHTS.exists():
         pytest.skip(f"official yolov4-tiny weights not found at {V4TINY_WEIGHTS} "

@@ -400,3 +400,19 @@ def test_random_resize_rule():
     assert sides <= set(range(320, 609, 32)) and len(sides) > 4
     # random=1.2: round(1.2 * 64/32 + 1) = 3, round(1.2 * 96/32 + 1) = 5 steps of 32
     assert AbMultiScale(64, 96, 1.2, 32, 0, 1000).size(0) == (96, 160)
+
+
+def test_loader_refuses_a_grey_network_for_alexeyab_augmentation(tmp_path):
+    """AlexeyAB's augmentation (mosaic, mixup, blur) is built for colour images: a network of
+    another channel count is refused before any batch is drawn."""
+    from PIL import Image
+
+    from darknumba.data.datasets import DataIssues, DetectionDataset
+    from darknumba.data.loader import AbMultiScale, DetectionLoader
+    from darknumba.errors import CfgError
+    Image.fromarray(np.full((8, 8, 3), 128, np.uint8)).save(tmp_path / "a.png")
+    (tmp_path / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    ds = DetectionDataset([str(tmp_path / "a.png")], 3, DataIssues())
+    with pytest.raises(CfgError, match=r"built for 3-channel images; this network has "
+                                       r"channels=1"):
+        DetectionLoader(ds, 4, AbAugmentConfig(), AbMultiScale(64, 64, 0, 32, 0, 10), channels=1)

@@ -10,6 +10,7 @@ def test_compat_is_checked_and_passed_to_the_network(tmp_path, monkeypatch):
 
     def fake_train(datacfg, cfgfile, opts, log):
         seen["compat"] = opts.compat
+        return {"interrupted": False}
     monkeypatch.setattr(T, "train_detector", fake_train)
     data, cfg = tmp_path / "x.data", tmp_path / "x.cfg"
     data.write_text("classes=1\n")

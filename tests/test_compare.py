@@ -94,10 +94,16 @@ def test_cli_perturb_option_json_and_dump_roundtrip(tmp_path):
     assert r.exit_code == 0, r.output
 
 
-def test_cli_argument_errors():
+def test_cli_argument_errors(monkeypatch, tmp_path):
     (cfg, weights), npz = fixture_args("det-small", "forward_test")
+    monkeypatch.delenv("DARKNET_DIR", raising=False)
     with pytest.raises(DarknumbaError, match="exactly one of --darknet"):
         cli(cfg, weights)
+    monkeypatch.setenv("DARKNET_DIR", str(tmp_path / "nope"))        # the default --darknet
+    with pytest.raises(DarknumbaError, match=f"--darknet {tmp_path / 'nope'}: no such directory"):
+        cli(cfg, weights)
+    r = cli("--npz", npz, cfg, weights)                               # --npz wins over it
+    assert r.exit_code == 0, r.output
     with pytest.raises(DarknumbaError, match="brings its own input"):
         cli("--npz", npz, cfg, weights, "--random-input")
     with pytest.raises(DarknumbaError, match="layer 1 .maxpool. has no weights"):
@@ -160,6 +166,38 @@ def test_darknet_tree_errors(tmp_path, monkeypatch):
     monkeypatch.setattr("shutil.which", lambda name: None)
     with pytest.raises(DarknumbaError, match="no C compiler"):
         find_compiler()
+
+
+@pytest.mark.parametrize("name", ["a,b", "x:y", "$ORIGIN", "new\nline", "semi;colon"])
+def test_darknet_folder_with_linker_syntax_is_refused(tmp_path, name):
+    """The folder is pasted into -Wl,-rpath,DIR: a comma would hand the linker options (e.g.
+    `-o` elsewhere), a colon or $ would change the library search path."""
+    d = tmp_path / name
+    d.mkdir()
+    with pytest.raises(DarknumbaError, match="would read as syntax"):
+        DarknetTree.locate(d)
+
+
+def test_shim_compile_is_one_rpath_argument_and_times_out(tmp_path, monkeypatch):
+    import subprocess
+
+    from darknumba.parity import darknet_ref
+    tree = DarknetTree(tmp_path / "dk tree", tmp_path / "darknet.h", tmp_path / "libdarknet.so")
+    for p in (tree.header, tree.library):
+        p.write_bytes(b"x")
+    monkeypatch.setenv("DARKNUMBA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(darknet_ref, "find_compiler", lambda: "/bin/cc")
+    seen = {}
+
+    def slow(cmd, **kw):
+        seen["cmd"], seen["timeout"] = cmd, kw.get("timeout")
+        raise subprocess.TimeoutExpired(cmd, kw.get("timeout"))
+    monkeypatch.setattr(darknet_ref.subprocess, "run", slow)
+    with pytest.raises(DarknumbaError, match="took more than 300 s"):
+        darknet_ref.compile_shim(tree)
+    assert seen["timeout"] == darknet_ref.COMPILE_TIMEOUT
+    assert f"-Wl,-rpath,{tmp_path / 'dk tree'}" in seen["cmd"]
+    assert list((tmp_path / "cache").iterdir()) == []                 # no half-built shim left
 
 
 # -- a real C darknet (DARKNET_DIR) ---------------------------------------------------------------

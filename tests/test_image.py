@@ -123,3 +123,93 @@ def test_load_errors_name_the_file(tmp_path):
     trunc.write_bytes((tmp_path / "ok.png").read_bytes()[:60])
     with pytest.raises(DataError, match="trunc.png"):
         load_image_color(trunc)
+
+
+def test_requested_channels_as_stb_converts(tmp_path):
+    """load_image(path, c=...) as stb's req_comp: colour to grey is (77 r + 150 g + 29 b) >> 8,
+    grey is replicated, alpha is kept when asked for and 255 when absent."""
+    from darknumba.vision.image import load_image
+    rng = np.random.default_rng(1)
+    rgba = rng.integers(0, 256, (7, 11, 4), dtype=np.uint8)
+    Image.fromarray(rgba, "RGBA").save(tmp_path / "rgba.png")
+    Image.fromarray(rgba[:, :, :3]).save(tmp_path / "rgb.png")
+    Image.fromarray(rgba[:, :, 0], "L").save(tmp_path / "l.png")
+    r, g, b, a = (rgba[:, :, k].astype(np.int64) for k in range(4))
+    y = ((77 * r + 150 * g + 29 * b) >> 8).astype(np.uint8)
+    full = np.full_like(y, 255)
+    want = {
+        ("rgb.png", 1): [y], ("rgb.png", 2): [y, full], ("rgb.png", 4): [r, g, b, full],
+        ("rgba.png", 1): [y], ("rgba.png", 2): [y, a], ("rgba.png", 4): [r, g, b, a],
+        ("l.png", 1): [r], ("l.png", 2): [r, full], ("l.png", 4): [r, r, r, full],
+    }
+    for (name, c), planes in want.items():
+        got = load_image(tmp_path / name, c=c)
+        np.testing.assert_array_equal(got * 255, np.stack(planes).astype(np.float32),
+                                      err_msg=f"{name} c={c}")
+    with pytest.raises(DataError, match="5 channels"):
+        load_image(tmp_path / "rgb.png", c=5)
+
+
+@pytest.mark.parametrize("mode, ext", [
+    ("CMYK", ".jpg"), ("CMYK", ".tif"), ("LA", ".png"), ("LA", ".tif"), ("I;16", ".png"),
+    ("I;16", ".tif"), ("P", ".png"), ("P", ".gif"), ("1", ".bmp"), ("YCbCr", ".jpg")])
+def test_every_mode_loads_or_is_a_data_error(tmp_path, mode, ext):
+    from darknumba.vision.image import load_image
+    rng = np.random.default_rng(2)
+    if mode == "I;16":
+        img = Image.fromarray(rng.integers(0, 65536, (6, 9), dtype=np.uint16))
+    else:
+        img = Image.fromarray(rng.integers(0, 256, (6, 9, 3), dtype=np.uint8)).convert(mode)
+    path = tmp_path / f"x{ext}"
+    img.save(path)
+    for c in (1, 3):
+        im = load_image(path, c=c)
+        assert im.shape == (c, 6, 9) and im.dtype == np.float32
+        assert 0 <= im.min() and im.max() <= 1
+
+
+def test_extreme_aspect_ratios_letterbox_and_resize():
+    assert letterbox_size(2000, 1, 416, 416) == (416, 1)
+    assert letterbox_size(1, 2000, 416, 416) == (1, 416)
+    for shape in [(3, 1, 2000), (3, 2000, 1), (1, 1, 1)]:
+        im = np.full(shape, 0.25, np.float32)
+        lb = letterbox_image(im, 416, 416)
+        assert lb.shape == (shape[0], 416, 416) and np.isfinite(lb).all()
+        assert (lb == 0.25).sum() >= 416 or shape == (1, 1, 1)
+        assert resize_image(im, 416, 416).shape == (shape[0], 416, 416)
+
+
+def test_decompression_bomb_is_a_data_error(tmp_path, monkeypatch):
+    from darknumba.vision.image import load_image
+    Image.fromarray(np.zeros((70, 70, 3), np.uint8)).save(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 4000)        # 4900 px: Pillow warns
+    with pytest.raises(DataError, match="big.png.*decompression-bomb"):
+        load_image(tmp_path / "big.png")
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 2000)        # 4900 > 2 x 2000: Pillow raises
+    with pytest.raises(DataError, match="big.png.*decompression-bomb"):
+        load_image(tmp_path / "big.png")
+
+
+def test_truncated_empty_special_and_pixelless_files(tmp_path, monkeypatch):
+    import os
+
+    from darknumba.vision.image import load_image
+    buf = tmp_path / "ok.jpg"
+    Image.fromarray(np.random.default_rng(3).integers(0, 256, (64, 64, 3), np.uint8)).save(buf)
+    data = buf.read_bytes()
+    for n in (0, 10, len(data) // 2, len(data) - 2):
+        (tmp_path / f"t{n}.jpg").write_bytes(data[:n])
+        try:
+            im = load_image(tmp_path / f"t{n}.jpg")     # libjpeg may pad the last rows
+            assert im.shape == (3, 64, 64)
+        except DataError as e:
+            assert f"t{n}.jpg" in str(e)
+    fifo = tmp_path / "fifo.png"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="fifo.png is a special file"):
+        load_image(fifo)                                # refused without opening: no hang
+    with pytest.raises(DataError, match="is a directory"):
+        load_image(tmp_path)
+    monkeypatch.setattr(Image, "open", lambda p: Image.new("RGB", (0, 5)))
+    with pytest.raises(DataError, match="no pixels"):
+        load_image(buf)

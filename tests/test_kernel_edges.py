@@ -153,11 +153,12 @@ def test_reorg_shapes(tmp_path, body, pattern):
 
 
 @pytest.mark.parametrize("text,pattern", [
-    ("a -1\nb 0\nc 5\n", r"node 2 \(c\): parent 5 must be -1 \(a root\) or an earlier node \(0\.\.1\)"),
-    ("a 1\nb 0\n", r"node 0 \(a\): parent 1 must be -1"),             # a cycle
-    ("a -1\nb x\n", r"node 1 \(b\): parent 'x' is not an integer"),
-    ("a -1\nb ٠\n", r"node 1 \(b\): parent '٠' is not an integer"),
-    ("\n\n", r"no `name parent` lines"),
+    ("a -1\nb 0\nc 5\n", r":3: class 2 \(c\) has parent 5; a parent is -1 or an earlier class "
+                         r"\(0\.\.1\)"),
+    ("a 1\nb 0\n", r":1: class 0 \(a\) has parent 1; a parent is -1"),      # a cycle
+    ("a -1\nb x\n", r":2: expected `name parent` \(parent an integer, -1 for a root\), found 'b x'"),
+    ("a -1\nb ٠\n", r":2: expected `name parent` .* found 'b ٠'"),
+    ("\n\n", r"the class tree has no classes \(expected `name parent` lines\)"),
 ])
 def test_class_tree_indexes(tmp_path, text, pattern):
     from darknumba.errors import CfgError
@@ -173,7 +174,8 @@ def test_class_tree_that_is_not_text(tmp_path):
     from darknumba.tree import read_tree
     p = tmp_path / "t.tree"
     p.write_bytes(b"a -1\nb \xff\xfe 0\n")
-    with pytest.raises(CfgError, match=r"t\.tree: not a class tree: not UTF-8 text \(byte 7\)"):
+    with pytest.raises(CfgError, match=r"t\.tree: class tree is not UTF-8 text: byte 0xff at offset 7 "
+                                       r"\(line 2\)"):
         read_tree(p)
 
 

@@ -7,11 +7,13 @@ probability is the product of the conditional ones along its path to the root.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import CfgError
+from .textfile import read_text
 
 
 @dataclass
@@ -34,21 +36,18 @@ class Tree:
 
 
 def read_tree(path) -> Tree:
-    """read_tree"""
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = [ln.split() for ln in f.read().splitlines() if ln.strip()]
-    except OSError as e:
-        raise CfgError(f"{path}: cannot read class tree: {e.strerror}") from None
-    except UnicodeDecodeError as e:
-        raise CfgError(f"{path}: not a class tree: not UTF-8 text (byte {e.start})") from None
+    """read_tree: one `name parent` line per class. Each parent is -1 (a root) or an earlier
+    line, so that every path to the root ends (Darknet follows parents until -1 and would loop
+    forever on a cycle, or write out of bounds for a parent past the end)."""
+    text = read_text(path, "class tree", CfgError)
+    lines = [(k, ln.split()) for k, ln in enumerate(text.splitlines(), 1) if ln.strip()]
     if not lines:
-        raise CfgError(f"{path}: not a class tree: no `name parent` lines")
+        raise CfgError(f"{path}: the class tree has no classes (expected `name parent` lines)")
     names, parents, groups = [], [], []
     offsets, sizes = [], []
     last_parent, size = -1, 0
-    for k, tok in enumerate(lines):
-        parent = _parent(tok, k, path)
+    for k, (lineno, tok) in enumerate(lines):
+        parent = _parent(path, lineno, tok, k)
         if parent != last_parent:
             offsets.append(k - size)
             sizes.append(size)
@@ -71,26 +70,27 @@ def read_tree(path) -> Tree:
                 np.array(sizes, dtype=np.int64), leaf)
 
 
-def _parent(tok: list[str], k: int, path) -> int:
-    """Node k's parent: -1 (a root) or an earlier node, so that every path to a root is
-    finite and every index the tree kernels follow lies inside the tree."""
-    if len(tok) < 2:
+def _parent(path, lineno: int, tok: list[str], k: int) -> int:
+    """The parent of class k (line `lineno`): -1 when absent, else an integer in -1..k-1
+    (further words on the line are ignored, as Darknet's sscanf does)."""
+    if len(tok) == 1:
         return -1
-    p = tok[1]
-    if not (p.isascii() and p.lstrip("-").isdigit()):
-        raise CfgError(f"{path}: class tree node {k} ({tok[0]}): parent {p!r} is not an integer")
-    parent = int(p)
+    if not re.fullmatch(r"-?[0-9]+", tok[1]):
+        raise CfgError(f"{path}:{lineno}: expected `name parent` (parent an integer, -1 for a "
+                       f"root), found {' '.join(tok)!r}: is this a class tree?")
+    parent = int(tok[1])
     if not -1 <= parent < k:
-        raise CfgError(f"{path}: class tree node {k} ({tok[0]}): parent {parent} must be -1 "
-                       f"(a root) or an earlier node (0..{k - 1})")
+        raise CfgError(f"{path}:{lineno}: class {k} ({tok[0]}) has parent {parent}; a parent "
+                       f"is -1 or an earlier class (0..{k - 1})")
     return parent
 
 
 def read_map(path) -> np.ndarray:
     """read_map: one class index per line."""
+    text = read_text(path, "class map", CfgError)
     try:
-        return np.array([int(v) for v in open(path).read().split()], dtype=np.int64)
-    except (OSError, ValueError) as e:
+        return np.array([int(v) for v in text.split()], dtype=np.int64)
+    except ValueError as e:
         raise CfgError(f"{path}: cannot read class map: {e}") from None
 
 

@@ -59,8 +59,11 @@ def read_header(data: bytes, path: str):
 
 def peek_version(path) -> tuple | None:
     """The (major, minor, revision) a .weights file starts with, or None when it cannot be
-    read (load_weights then says what is wrong with it)."""
+    read (load_weights then says what is wrong with it). Only a regular file is opened:
+    opening a FIFO would block."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
         with open(path, "rb") as f:
             head = f.read(12)
     except OSError:
@@ -222,12 +225,15 @@ def weights_bytes(net, cutoff: int | None = None) -> bytes:
     return b"".join(parts)
 
 
+TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".weights"     # atomic_write's temporary files
+
+
 def atomic_write(path, data: bytes):
     """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
     path = os.fspath(path)
     d = os.path.dirname(os.path.abspath(path))
     os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".weights", dir=d)
+    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=d)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)

@@ -1,17 +1,47 @@
 """The `darknumba` command. Every module in this package that defines ``register(app)`` adds
-its commands; errors a user can act on (DarknumbaError) print as one line, exit status 1."""
+its commands.
+
+One contract for every command, kept here in `run` and nowhere else:
+  0  success
+  1  bad input: a DarknumbaError (cfg, weights, data, image ...) or an operating-system error on
+     a user's file (missing, unreadable, disk full), printed as one line naming what and where
+  2  usage: an unknown option, a missing argument, a value of the wrong type (typer's message)
+  3  internal error: a bug in darknumba; one line says so and how to report it
+  130 interrupted (Ctrl-C; training saves a checkpoint first)
+`--debug` (or DARKNUMBA_DEBUG=1) prints the traceback as well.
+"""
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import pkgutil
 import sys
+import traceback
+from typing import Annotated
 
 import typer
 
+try:                                    # typer >= 0.20 carries its own copy of click
+    from typer._click.exceptions import ClickException
+except ImportError:
+    from click.exceptions import ClickException
+
 from ..errors import DarknumbaError
 
+EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 3, 130   # usage: click's 2
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+                  pretty_exceptions_enable=False,
                   help="Darknet's networks on the CPU: detect, train, compare.")
+
+_state = {"debug": False}
+
+
+@app.callback()
+def _options(debug: Annotated[bool, typer.Option(
+        "--debug", help="print the traceback of an error (also DARKNUMBA_DEBUG=1)")] = False):
+    _state["debug"] = _state["debug"] or debug
 
 
 def _register_all():
@@ -24,9 +54,82 @@ def _register_all():
 _register_all()
 
 
-def main():
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _os_error_message(e: OSError) -> str:
+    """`path: reason` for an error the operating system raised on a file."""
+    reason = e.strerror or str(e) or type(e).__name__
+    if e.errno in (errno.ENOSPC, errno.EDQUOT):
+        reason += " (free some space and run again)"
+    elif e.errno == errno.EFBIG:
+        reason += " (the file-size limit, `ulimit -f`, is too small)"
+    names = [os.fsdecode(n) for n in (e.filename, e.filename2) if n is not None]
+    return ": ".join(names + [reason])
+
+
+def fail(message: str):
+    """End a command that found problems and reported them in full (data check, compare) the
+    contract's way: a last line `darknumba: error: ...` and exit status 1."""
+    print(f"darknumba: error: {_one_line(message)}", file=sys.stderr)
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+def _where(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    if not tb:
+        return ""
+    f = tb[-1]
+    return f" at {os.path.basename(f.filename)}:{f.lineno}"
+
+
+def _error(code: int, message: str, e: BaseException) -> int:
+    if _state["debug"]:
+        traceback.print_exception(e, file=sys.stderr)
+    print(f"darknumba: {message}", file=sys.stderr)
+    return code
+
+
+def run(args: list[str] | None = None) -> int:
+    """Run the command line `args` (default: sys.argv[1:]); returns the exit status."""
+    _state["debug"] = os.environ.get("DARKNUMBA_DEBUG", "") not in ("", "0")
     try:
-        app()
+        code = app(args=args, prog_name="darknumba", standalone_mode=False)
+        return code if isinstance(code, int) else EXIT_OK
+    except ClickException as e:                # usage errors: exit_code 2
+        e.show()
+        return e.exit_code
+    except typer.Abort:                        # Ctrl-C at a prompt, EOF
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        print("darknumba: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except DarknumbaError as e:
-        print(f"darknumba: error: {e}", file=sys.stderr)
-        sys.exit(1)
+        return _error(EXIT_BAD_INPUT, f"error: {_one_line(e)}", e)
+    except OSError as e:
+        if e.errno == errno.EPIPE:             # `darknumba ... | head`: stop quietly
+            _silence_broken_pipe()
+            return EXIT_BAD_INPUT
+        return _error(EXIT_BAD_INPUT, f"error: {_one_line(_os_error_message(e))}", e)
+    except MemoryError as e:
+        return _error(EXIT_BAD_INPUT, "error: out of memory"
+                      + (f" ({_one_line(e)})" if str(e) else "")
+                      + ": try a smaller batch, input size or network", e)
+    except Exception as e:                     # noqa: BLE001 - the contract's exit 3
+        return _error(EXIT_INTERNAL,
+                      f"internal error (a bug in darknumba): {type(e).__name__}: "
+                      f"{_one_line(e)}{_where(e)}. Please rerun with --debug and open an issue "
+                      f"with the command and the traceback", e)
+
+
+def _silence_broken_pipe():
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+
+
+def main():
+    sys.exit(run())

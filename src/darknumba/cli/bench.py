@@ -8,8 +8,8 @@ import typer
 def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")],
           weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
                                                              help=".weights (random if omitted)")] = None,
-          batch: Annotated[int, typer.Option(help="images per forward")] = 1,
-          reps: Annotated[int, typer.Option(help="timed repetitions")] = 10,
+          batch: Annotated[int, typer.Option(min=1, help="images per forward")] = 1,
+          reps: Annotated[int, typer.Option(min=1, help="timed repetitions")] = 10,
           train: Annotated[bool, typer.Option(help="time training steps (forward, backward, "
                                                    "update) with random yolo truths")] = False):
     """Time the forward pass (or a training step): first call (compile), steady state, and

@@ -23,11 +23,11 @@ def train(data: DataArg, cfg: CfgArg,
           weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
                                                             help="starting weights (full or partial)")] = None,
           clear: Annotated[bool, typer.Option(help="reset the seen-images count (fine-tuning)")] = False,
-          max_batches: Annotated[Optional[int], typer.Option(help="override [net] max_batches")] = None,
+          max_batches: Annotated[Optional[int], typer.Option(min=0, help="override [net] max_batches")] = None,
           backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
-          seed: Annotated[int, typer.Option(help="random seed (initial weights, batches, augmentation)")] = 0,
-          workers: Annotated[int, typer.Option(help="image loading threads")] = 2,
-          log_every: Annotated[int, typer.Option(help="print a line every N iterations")] = 1,
+          seed: Annotated[int, typer.Option(min=0, help="random seed (initial weights, batches, augmentation)")] = 0,
+          workers: Annotated[int, typer.Option(min=1, help="image loading threads")] = 2,
+          log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1,
           compat: Annotated[Optional[str], typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
@@ -37,8 +37,9 @@ def train(data: DataArg, cfg: CfgArg,
 ):
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
     rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 1000
-    iterations and CFG.weights at the end (Ctrl-C: finish the iteration and save). Under
-    `mpirun -np N` the N processes train one network, sharing each iteration's mini-batches."""
+    iterations and CFG.weights at the end (Ctrl-C: finish the iteration, save, exit status 130).
+    Under `mpirun -np N` the N processes train one network, sharing each iteration's
+    mini-batches."""
     from ..train.classifier import ClassifierTrainOptions, train_classifier
     from ..train.data_parallel import run_training
     from .detector_train import check_compat
@@ -46,25 +47,27 @@ def train(data: DataArg, cfg: CfgArg,
                                   seed=seed, workers=workers, max_batches=max_batches,
                                   backup=str(backup) if backup else None, log_every=log_every,
                                   compat=check_compat(compat))
-    run_training(train_classifier, str(data), str(cfg), opts,
-                 lambda m, file=None: typer.echo(m, err=file is sys.stderr), sync_bn, check_every,
-                 mpi_timeout)
+    result = run_training(train_classifier, str(data), str(cfg), opts,
+                          lambda m, file=None: typer.echo(m, err=file is sys.stderr), sync_bn,
+                          check_every, mpi_timeout)
+    if result["interrupted"]:
+        raise typer.Exit(130)           # the weights are saved; the contract's Ctrl-C status
 
 
 @classifier_app.command()
 def predict(data: DataArg, cfg: CfgArg,
             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
             images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
-            top: Annotated[Optional[int], typer.Option(help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
+            top: Annotated[Optional[int], typer.Option(min=1, help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
     from ..parser import load_network
     from ..train.classifier import ClassifierData, predict_image
-    from ..vision.image import load_image_color
+    from ..vision.image import load_image
     dc = ClassifierData.read(data)
     net = load_network(cfg, weights, batch=1)
     k = top or dc.top
     for p in images:
-        im = load_image_color(p)
+        im = load_image(p, c=net.c)
         t0 = time.time()
         res = predict_image(net, im, k)
         typer.echo(f"{p}: Predicted in {time.time() - t0:f} seconds.", err=True)
@@ -75,8 +78,8 @@ def predict(data: DataArg, cfg: CfgArg,
 @classifier_app.command()
 def valid(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
-          top: Annotated[Optional[int], typer.Option(help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
-          batch: Annotated[int, typer.Option(help="images per forward pass")] = 16,
+          top: Annotated[Optional[int], typer.Option(min=1, help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
+          batch: Annotated[int, typer.Option(min=1, help="images per forward pass")] = 16,
           verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""
     from ..errors import DataError
@@ -97,7 +100,7 @@ def valid(data: DataArg, cfg: CfgArg,
 def example(out: Annotated[Path, typer.Argument(help="output folder")],
             n: Annotated[int, typer.Option("--n", help="number of images")] = 3000,
             valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
-            seed: Annotated[int, typer.Option(help="random seed")] = 0):
+            seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0):
     """Write a synthetic 5-class set (32x32 shapes) with its lists, labels and .data file;
     train it with cfg/shapes5-classifier.cfg."""
     from ..data.classifier_example import make_example

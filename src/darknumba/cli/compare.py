@@ -1,4 +1,5 @@
 """`darknumba compare`: layer-by-layer numbers against C darknet (a build of yours, or an .npz)."""
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -15,13 +16,15 @@ def compare(
         help="an image (letterboxed as darknet does) or an input tensor (.npy, raw float32)")] = None,
     darknet: Annotated[Optional[Path], typer.Option(
         "--darknet", file_okay=False,
-        help="a pjreddie darknet tree built with `make` (include/darknet.h, libdarknet.so)")] = None,
+        help="a pjreddie darknet tree built with `make` (include/darknet.h, libdarknet.so); "
+             "default: $DARKNET_DIR unless --npz is given. compare compiles against and runs "
+             "code from this folder: use a tree you trust")] = None,
     npz: Annotated[Optional[Path], typer.Option(
         "--npz", dir_okay=False,
         help="compare with tensors recorded in an .npz (golden layout, holds its own input)")] = None,
     random_input: Annotated[bool, typer.Option(
         "--random-input", help="seeded uniform [0, 1) input instead of IMAGE")] = False,
-    seed: Annotated[int, typer.Option(help="seed for --random-input")] = 0,
+    seed: Annotated[int, typer.Option(min=0, help="seed for --random-input")] = 0,
     train: Annotated[bool, typer.Option(
         "--train", help="one train_network_datum step: deltas, gradients, updated weights")] = False,
     truth: Annotated[Optional[Path], typer.Option(
@@ -49,8 +52,11 @@ def compare(
     and a verdict, name the first layer past --tol, and exit 1 when any tensor fails."""
     from ..parity.compare import compare_darknet, compare_npz, save_dump
     log = (lambda m: typer.echo(m, err=True))
+    if darknet is None and npz is None and os.environ.get("DARKNET_DIR"):
+        darknet = Path(os.environ["DARKNET_DIR"])
     if (darknet is None) == (npz is None):
-        raise DarknumbaError("give exactly one of --darknet DIR (a C darknet build) or --npz FILE")
+        raise DarknumbaError("give exactly one of --darknet DIR (a C darknet build; or set "
+                             "DARKNET_DIR) or --npz FILE")
     if npz is not None:
         if image is not None or random_input or truth is not None or train or batch:
             raise DarknumbaError("--npz brings its own input, truth, run mode and batch; drop "
@@ -67,7 +73,8 @@ def compare(
         log(f"tensors saved to {dump}/darknumba.npz and {dump}/darknet.npz")
     typer.echo(report.to_json() if as_json else report.table())
     if not report.passed:
-        raise typer.Exit(1)
+        from . import fail
+        fail(f"compare: {report.table().splitlines()[-1]}")
 
 
 def register(app: typer.Typer):

@@ -13,19 +13,22 @@ def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help
           policy: Annotated[str, typer.Option(help="skip: report every problem; stop: fail at the first")] = "skip"):
     """Decode every image and check every label line of the train and valid lists."""
     from ..data.datasets import check_data
+    from .detector_train import check_policy
+    check_policy(policy, "--policy")
     _, counts, issues = check_data(data, policy=policy, log=lambda m: typer.echo(m, err=True))
     for k, n in counts.items():
         typer.echo(f"{k}: {n} usable images")
     typer.echo(issues.summary())
     if issues.issues:
-        raise typer.Exit(1)
+        from . import fail
+        fail(f"{data}: {issues.summary()}")
 
 
 @data_app.command("shapes")
 def shapes(out: Annotated[Path, typer.Argument(help="output folder")],
            n: Annotated[int, typer.Option("--n", help="number of images")] = 2000,
            valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
-           seed: Annotated[int, typer.Option(help="random seed")] = 0):
+           seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0):
     """Coloured circles, squares and triangles on textured backgrounds, with a train/valid
     split, shapes.data and shapes.names (train it with cfg/shapes-tiny.cfg)."""
     from tqdm import tqdm

@@ -15,7 +15,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
-from .options import DialectOption
+from .options import DialectOption, not_nan
 
 DEFAULT_CFG = "cfg/yolov3-tiny.cfg"
 DEFAULT_WEIGHTS = "yolov3-tiny"
@@ -130,6 +130,15 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
     return done
 
 
+def _user_file(arg: str, what: str) -> Path:
+    p = Path(arg)
+    if not p.exists():
+        raise DataError(f"{what} not found: {p}")
+    if not p.is_file():
+        raise DataError(f"{what} {p} is {'a directory' if p.is_dir() else 'not a regular file'}")
+    return p
+
+
 def detect(
     cfg: Annotated[Optional[str], typer.Argument(
         help="Darknet .cfg (default cfg/yolov3-tiny.cfg); if it is not a .cfg, every "
@@ -141,11 +150,14 @@ def detect(
         help="images, folders, globs, or .txt lists of paths (default: a sample photo)",
         show_default=False)] = None,
     thresh: Annotated[float, typer.Option(
+        callback=not_nan,
         help="print boxes whose class probability is > this")] = 0.5,
-    nms: Annotated[float, typer.Option(help="IoU above which a less probable box of the same "
-                                            "class is suppressed (0: no NMS)")] = 0.45,
-    hier: Annotated[float, typer.Option(help="hierarchical threshold (only region layers with a "
-                                             "class tree use it; none on yolo outputs)")] = 0.5,
+    nms: Annotated[float, typer.Option(
+        callback=not_nan, help="IoU above which a less probable box of the same class is "
+                               "suppressed (0: no NMS)")] = 0.45,
+    hier: Annotated[float, typer.Option(
+        callback=not_nan, help="hierarchical threshold (only region layers with a class tree "
+                               "use it; none on yolo outputs)")] = 0.5,
     out: Annotated[Optional[Path], typer.Option(
         help="one image: the PNG to draw (default predictions.png); several: a folder for "
              "one PNG each (default: none drawn)", show_default=False)] = None,
@@ -176,14 +188,10 @@ def detect(
     args = [a for a in (cfg, str(weights) if weights is not None else None) if a is not None]
     args += list(images or [])
     if args and Path(args[0]).suffix.lower() == ".cfg":
-        cfg_path = Path(args[0])
-        if not cfg_path.is_file():
-            raise DataError(f"cfg not found: {cfg_path}")
+        cfg_path = _user_file(args[0], "cfg")
         if len(args) < 2:
             raise DataError(f"detect {cfg_path} needs WEIGHTS after the cfg")
-        weights_path = Path(args[1])
-        if not weights_path.is_file():
-            raise DataError(f"weights not found: {weights_path}")
+        weights_path = _user_file(args[1], "weights")
         image_args = args[2:]
     else:
         cfg_path = default_cfg()

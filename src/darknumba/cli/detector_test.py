@@ -8,9 +8,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..errors import DataError
 from .detect import run_detection, warn
-from .options import DialectOption
+from .options import DialectOption, not_nan
 
 
 SWITCHES = ("ext_output", "dont_show", "letter_box")
@@ -29,9 +28,20 @@ def _darknet_flags(extra: list[str]) -> dict:
             flags[key] = True
             i += 1
         else:
-            raise DataError(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X -out "
-                            f"NAME, -ext_output, -dont_show, -letter_box)")
+            raise typer.BadParameter(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X "
+                                     f"-out NAME, -ext_output, -dont_show, -letter_box)")
     return flags
+
+
+def _number(flags: dict, key: str, default: float | None) -> float | None:
+    """-KEY's value as a checked number; `default` (already checked) when not given."""
+    if key not in flags:
+        return default
+    try:
+        value = float(flags[key])
+    except ValueError:
+        raise typer.BadParameter(f"-{key} takes a number, not {flags[key]!r}") from None
+    return not_nan(value)
 
 
 def detector_test(
@@ -44,10 +54,10 @@ def detector_test(
         help="the image (none: ask for paths on stdin, as Darknet does)",
         show_default=False)] = None,
     thresh: Annotated[Optional[float], typer.Option(
-        help="class probability threshold (or -thresh; default 0.5, AlexeyAB's 0.25)",
-        show_default=False)] = None,
-    hier: Annotated[float, typer.Option(help="hierarchical threshold (or -hier)")] = 0.5,
-    nms: Annotated[float, typer.Option(help="NMS IoU threshold")] = 0.45,
+        callback=not_nan, help="class probability threshold (or -thresh; default 0.5, "
+                               "AlexeyAB's 0.25)", show_default=False)] = None,
+    hier: Annotated[float, typer.Option(callback=not_nan, help="hierarchical threshold (or -hier)")] = 0.5,
+    nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU threshold")] = 0.45,
     out: Annotated[str, typer.Option(help="drawing, PNG; `.png` is added when the name has no "
                                           "suffix (or -out)")] = "predictions",
     dialect: DialectOption = None,
@@ -59,9 +69,8 @@ def detector_test(
     from ..data.datasets import names_file_of
     from ..vision.detector import Detector, expand_images
     flags = _darknet_flags(ctx.args)
-    thresh = float(flags["thresh"]) if "thresh" in flags else thresh
-    hier = float(flags.get("hier", hier))
-    nms = float(flags.get("nms", nms))
+    thresh, hier, nms = (_number(flags, k, v) for k, v in
+                         (("thresh", thresh), ("hier", hier), ("nms", nms)))
     target = Path(flags.get("out", out))
     if not target.suffix:
         target = target.with_name(target.name + ".png")

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from .detector import detector_app
-from .options import CheckEveryOption, DialectOption, MpiTimeoutOption, SyncBnOption
+from .options import CheckEveryOption, DialectOption, MpiTimeoutOption, SyncBnOption, not_nan
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
@@ -21,21 +21,21 @@ def train(data: DataArg, cfg: CfgArg,
               exists=True, dir_okay=False, help="starting weights (full, or cut by `partial`)")] = None,
           clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset `seen` to 0 (fine-tuning)")] = False,
           partial: Annotated[bool, typer.Option("--partial", help="accept a checkpoint (seen > 0) that holds fewer layers than the cfg; the rest start random")] = False,
-          seed: Annotated[int, typer.Option(help="seed for image order and augmentation")] = 0,
-          workers: Annotated[int, typer.Option(help="background loader threads")] = 2,
+          seed: Annotated[int, typer.Option(min=0, help="seed for image order and augmentation")] = 0,
+          workers: Annotated[int, typer.Option(min=1, help="background loader threads")] = 2,
           bad_data: Annotated[str, typer.Option(help="on a bad image or label: skip (warn) or stop")] = "skip",
-          stats_every: Annotated[int, typer.Option(help="print yolo layer stats every N iterations (0: never)")] = 0,
+          stats_every: Annotated[int, typer.Option(min=0, help="print yolo layer stats every N iterations (0: never)")] = 0,
           chart: Annotated[bool, typer.Option(help="draw chart.png in the backup folder (needs matplotlib)")] = True,
           backup: Annotated[Path | None, typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
-          max_batches: Annotated[int | None, typer.Option(help="override [net] max_batches")] = None,
-          checkpoint_every: Annotated[int, typer.Option(help="pjreddie dialect: <cfg>_<iter>.weights every N iterations ... (alexeyab: saveweights= and savelast= in the .data file)")] = 100,
-          checkpoint_until: Annotated[int, typer.Option(help="... below this iteration ...")] = 1000,
-          checkpoint_every_after: Annotated[int, typer.Option(help="... then every N")] = 10000,
-          backup_every: Annotated[int, typer.Option(help="pjreddie dialect: <cfg>.backup every N iterations")] = 100,
+          max_batches: Annotated[int | None, typer.Option(min=0, help="override [net] max_batches")] = None,
+          checkpoint_every: Annotated[int, typer.Option(min=1, help="pjreddie dialect: <cfg>_<iter>.weights every N iterations ... (alexeyab: saveweights= and savelast= in the .data file)")] = 100,
+          checkpoint_until: Annotated[int, typer.Option(min=0, help="... below this iteration ...")] = 1000,
+          checkpoint_every_after: Annotated[int, typer.Option(min=1, help="... then every N")] = 10000,
+          backup_every: Annotated[int, typer.Option(min=1, help="pjreddie dialect: <cfg>.backup every N iterations")] = 100,
           letterbox: Annotated[bool, typer.Option(help="place training images letterboxed instead of Darknet's jitter crop (alexeyab: as [net] letter_box=1)")] = False,
-          map_every: Annotated[int, typer.Option(help="measure mAP@0.5 on the valid list every N iterations (0: never); <cfg>_best.weights when it improves")] = 0,
+          map_every: Annotated[int, typer.Option(min=0, help="measure mAP@0.5 on the valid list every N iterations (0: never); <cfg>_best.weights when it improves")] = 0,
           map_flag: Annotated[bool, typer.Option("--map", "-map", help="AlexeyAB's -map: mAP@0.5 every 4 epochs, at least 100 iterations apart, not before burn_in, and at the end; <cfg>_best.weights when it improves")] = False,
-          map_epochs: Annotated[int, typer.Option("--map-epochs", "-mAP_epochs", help="-map: epochs between measurements")] = 4,
+          map_epochs: Annotated[int, typer.Option("--map-epochs", "-mAP_epochs", min=1, help="-map: epochs between measurements")] = 4,
           dialect: DialectOption = None,
           dont_show: Annotated[bool, typer.Option("-dont_show", hidden=True, help="accepted for Darknet commands; no window is ever shown")] = False,
           progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
@@ -47,12 +47,14 @@ def train(data: DataArg, cfg: CfgArg,
           mpi_timeout: MpiTimeoutOption = None,
 ):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
-    saves <cfg>.backup (alexeyab: <cfg>_last.weights); starting from a checkpoint resumes at
-    its `seen`. An AlexeyAB network trains as AlexeyAB's Darknet does: mosaic, letter_box, blur,
-    gaussian_noise, mixup from [net]; <cfg>_last/_final/_best/_ema.weights. Under
-    `mpirun -np N` the N processes train one network, sharing each iteration's mini-batches."""
+    saves <cfg>.backup (alexeyab: <cfg>_last.weights; exit status 130); starting from a
+    checkpoint resumes at its `seen`. An AlexeyAB network trains as AlexeyAB's Darknet does:
+    mosaic, letter_box, blur, gaussian_noise, mixup from [net];
+    <cfg>_last/_final/_best/_ema.weights. Under `mpirun -np N` the N processes train one
+    network, sharing each iteration's mini-batches."""
     from ..train.data_parallel import run_training
     from ..train.detector import Schedule, TrainOptions, train_detector
+    check_policy(bad_data, "--bad-data")
     if map_flag and not map_every:
         map_every = -1          # AlexeyAB's rule (train.alexeyab.MapSchedule)
     opts = TrainOptions(weights=str(weights) if weights else None, clear=clear, partial=partial,
@@ -63,8 +65,10 @@ def train(data: DataArg, cfg: CfgArg,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
                         map_epochs=map_epochs, compat=check_compat(compat), dialect=dialect)
-    run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
-                 mpi_timeout)
+    result = run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
+                          mpi_timeout)
+    if result["interrupted"]:
+        raise typer.Exit(130)           # the checkpoint is saved; the contract's Ctrl-C status
 
 
 def check_compat(value):
@@ -74,13 +78,27 @@ def check_compat(value):
     return value
 
 
+def check_policy(value, option):
+    from ..data.datasets import POLICIES
+    if value not in POLICIES:
+        raise typer.BadParameter(f"{option} takes {' or '.join(POLICIES)}, not {value!r}")
+
+
 def _log(msg, file=None):
     typer.echo(msg, err=file is sys.stderr)
 
 
-def _net(cfg, weights, batch=1):
+def _net(cfg, weights, dc, batch=1):
+    """The network, checked to have detection layers with the .data file's classes."""
+    from ..errors import DataError
     from ..parser import load_network
-    return load_network(str(cfg), str(weights), batch=batch)
+    from ..vision.box import detection_layers
+    net = load_network(str(cfg), str(weights), batch=batch)
+    classes = detection_layers(net)[-1].classes
+    if classes != dc.classes:
+        raise DataError(f"{cfg} has classes={classes} in its detection layers, {dc.path} has "
+                        f"classes={dc.classes}")
+    return net
 
 
 def _bar(total, desc):
@@ -93,8 +111,8 @@ def _warn(msg):
 
 
 def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
-         thresh: Annotated[float, typer.Option("--thresh", "-thresh", help="confidence for precision/recall/F1/IoU")] = 0.25,
-         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", help="IoU for a true positive (mAP@IoU)")] = 0.5,
+         thresh: Annotated[float, typer.Option("--thresh", "-thresh", callback=not_nan, help="confidence for precision/recall/F1/IoU")] = 0.25,
+         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", callback=not_nan, help="IoU for a true positive (mAP@IoU)")] = 0.5,
          points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = 0):
     """AlexeyAB's map: per-class AP and TP/FP, P/R/F1/avg IoU at --thresh, mAP@--iou-thresh by
     the --points rule; then COCOeval's 12 figures (AP@[.5:.95], AP50, AP75, APs/m/l, AR),
@@ -105,7 +123,7 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     from ..data.datasets import valid_dataset
     from ..train.evaluate import evaluate_map
     dc, ds = valid_dataset(data, log=_warn)
-    net = _net(cfg, weights)
+    net = _net(cfg, weights, dc)
     with _bar(len(ds), "map") as bar:
         r = evaluate_map(net, ds.paths, ds.boxes, dc.classes, dc.class_names(), thresh,
                          iou_thresh, progress=bar.update, points=points)
@@ -114,15 +132,15 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 
 
 def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
-           thresh: Annotated[float, typer.Option(help="objectness for a proposal")] = 0.001,
-           iou_thresh: Annotated[float, typer.Option(help="IoU for a truth to count as found")] = 0.5,
-           nms: Annotated[float, typer.Option(help="NMS IoU")] = 0.4):
+           thresh: Annotated[float, typer.Option(callback=not_nan, help="objectness for a proposal")] = 0.001,
+           iou_thresh: Annotated[float, typer.Option(callback=not_nan, help="IoU for a truth to count as found")] = 0.5,
+           nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.4):
     """validate_detector_recall: per image, truths found by any proposal, proposals per image,
     average best IoU."""
     from ..data.datasets import valid_dataset
     from ..train.evaluate import validate_detector_recall
-    _, ds = valid_dataset(data, log=_warn)
-    net = _net(cfg, weights)
+    dc, ds = valid_dataset(data, log=_warn)
+    net = _net(cfg, weights, dc)
     for totals in validate_detector_recall(net, ds.paths, ds.boxes, thresh, iou_thresh, nms):
         typer.echo(totals.line())
 
@@ -130,16 +148,22 @@ def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
           out: Annotated[Path, typer.Option(help="results folder")] = Path("results"),
           prefix: Annotated[str, typer.Option(help="per-class file prefix")] = "comp4_det_test_",
-          thresh: Annotated[float, typer.Option(help="probability threshold")] = 0.005,
-          nms: Annotated[float, typer.Option(help="NMS IoU")] = 0.45):
+          thresh: Annotated[float, typer.Option(callback=not_nan, help="probability threshold")] = 0.005,
+          nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.45):
     """validate_detector: per-class result files (`<prefix><class>.txt`: id score xmin ymin xmax
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
     from ..data.datasets import get_paths, read_data_cfg
+    from ..errors import DataError
     from ..train.evaluate import validate_detector
+    if any(sep in prefix for sep in ("/", "\\", "\0")) or prefix.startswith("."):
+        raise typer.BadParameter(f"--prefix {prefix!r}: a file-name prefix, without a folder "
+                                 f"(use --out for the folder) or a leading dot")
     dc = read_data_cfg(data)
     names = dc.class_names()[:dc.classes]
+    if not dc.valid:
+        raise DataError(f"{data}: no `valid` list")
     paths = get_paths(dc.resolve(dc.valid))
-    net = _net(cfg, weights)
+    net = _net(cfg, weights, dc)
     coco = dc.eval == "coco"
     with _bar(len(paths), "valid") as bar:
         written = validate_detector(net, paths, names, out, prefix, thresh, nms, coco, bar.update)

@@ -1,9 +1,18 @@
-"""Options several commands share."""
+"""Options and checks several commands share."""
+import math
 from typing import Annotated, Optional
 
 import typer
 
 from ..dialect import DIALECTS
+
+
+def not_nan(value: float) -> float:
+    """A threshold must be a number: NaN compares false both ways, which would let a count and
+    the fill that follows it disagree."""
+    if value is not None and math.isnan(value):
+        raise typer.BadParameter("NaN is not a threshold (give a number)")
+    return value
 
 
 def _check_dialect(value):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass, field
@@ -15,8 +16,10 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..textfile import read_text
 
 POLICIES = ("skip", "stop")
+MAX_CLASSES = 1 << 20          # far above any real dataset (YOLO9000's tree has 9418)
 
 
 # -- .data files ---------------------------------------------------------------------------------
@@ -41,22 +44,21 @@ class DataConfig:
         return alt if os.path.exists(alt) else p
 
     def class_names(self) -> list[str]:
+        """The first `classes` names of the names file (Darknet reads no further), or the class
+        numbers when there is none."""
         if not self.names:
             return [str(i) for i in range(self.classes)]
         names = read_list(self.resolve(self.names), what="names file")
         if self.classes and len(names) < self.classes:
             raise DataError(f"{self.names}: {len(names)} names for classes={self.classes} "
                             f"(in {self.path})")
-        return names
+        return names[:self.classes]
 
 
 def read_data_cfg(path) -> DataConfig:
     """read_data_cfg: `key = value` lines, `#` comments. classes must be a positive integer."""
     path = os.fspath(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as e:
-        raise DataError(f"{path}: cannot read .data file: {e.strerror}") from None
+    text = read_text(path, ".data file", DataError)
     opts = {}
     for lineno, line in enumerate(text.splitlines(), 1):
         s = line.split("#", 1)[0].strip()
@@ -68,12 +70,9 @@ def read_data_cfg(path) -> DataConfig:
         opts[k] = v
     dc = DataConfig(path=path, options=opts)
     if "classes" in opts:
-        try:
-            dc.classes = int(opts["classes"])
-        except ValueError:
-            raise DataError(f"{path}: classes = {opts['classes']!r} is not an integer") from None
-    if dc.classes <= 0:
-        raise DataError(f"{path}: `classes` must be a positive integer (found "
+        dc.classes = data_int(path, "classes", opts["classes"])
+    if not 0 < dc.classes <= MAX_CLASSES:
+        raise DataError(f"{path}: `classes` must be an integer in 1..{MAX_CLASSES} (found "
                         f"{opts.get('classes', 'nothing')})")
     for k in ("train", "valid", "names", "eval"):
         setattr(dc, k, opts.get(k))
@@ -81,15 +80,19 @@ def read_data_cfg(path) -> DataConfig:
     return dc
 
 
+def data_int(path, key: str, value: str) -> int:
+    """An integer value of a .data file: ASCII digits only (as Darknet's atoi reads them)."""
+    if not re.fullmatch(r"[+-]?[0-9]+", value):
+        raise DataError(f"{path}: {key} = {value!r} is not an integer")
+    return int(value)
+
+
 def names_file_of(datacfg) -> Path:
     """The class names file of a .data file as `detector test` finds it: its `names` (else
     `labels`) entry, default data/names.list; a relative path is tried from the working
     directory (Darknet's rule), then from the folder above the .data file's, then from its own
     folder. Unlike read_data_cfg, `classes` is not needed."""
-    try:
-        lines = Path(datacfg).read_text().splitlines()
-    except OSError as e:
-        raise DataError(f"cannot read .data file {datacfg}: {e.strerror or e}") from None
+    lines = read_text(datacfg, ".data file", DataError).splitlines()
     opts = {}
     for line in lines:
         s = line.strip()
@@ -106,11 +109,7 @@ def names_file_of(datacfg) -> Path:
 
 def read_list(path, what: str = "list") -> list[str]:
     """get_paths / get_labels: one entry per non-empty line."""
-    try:
-        with open(path) as f:
-            return [ln.strip() for ln in f if ln.strip()]
-    except OSError as e:
-        raise DataError(f"{path}: cannot read {what}: {e.strerror}") from None
+    return [ln.strip() for ln in read_text(path, what, DataError).splitlines() if ln.strip()]
 
 
 def get_paths(list_path, base: str | None = None) -> list[str]:
@@ -175,7 +174,7 @@ class DataIssues:
             raise DataError(f"{issue} (bad-data policy is `stop`; use `skip` to train on)")
         if image is not None:
             self.skipped_images.add(image)
-        self.log(f"warning: {issue}; skipping {image or 'it'}")
+        self.log(f"warning: {issue}" + (f"; skipping {image}" if image else ""))
 
     def note(self, kind, file, message):
         """Something to know that does not stop training or drop the image (either policy):
@@ -296,17 +295,28 @@ def image_readable(path: str, issues: DataIssues) -> bool:
 
 def check_data(data_path, which=("train", "valid"), policy: str = "skip", log=None):
     """`darknumba data check`: every list in the .data file, every image decoded and every
-    label line checked. Returns (DataConfig, {list name: usable images}, DataIssues)."""
+    label line checked. A `.data` file without `train` is an error (as for `detector train`);
+    an empty list and a names file whose count differs from `classes` are problems.
+    Returns (DataConfig, {list name: usable images}, DataIssues)."""
     dc = read_data_cfg(data_path)
+    if not dc.train:
+        raise DataError(f"{data_path}: no `train` list (`train = path/to/train.txt`)")
     issues = DataIssues(policy, log=log)
     counts = {}
     if dc.names:
-        dc.class_names()
+        names = read_list(dc.resolve(dc.names), what="names file")
+        if len(names) != dc.classes:
+            issues.report("names-count", dc.names, None, f"{len(names)} names for "
+                          f"classes={dc.classes} (in {dc.path})")
     for k in which:
         lst = getattr(dc, k)
         if not lst:
             continue
         paths = get_paths(dc.resolve(lst))
+        if not paths:
+            issues.report("empty-list", lst, None, f"the {k} list names no images")
+            counts[k] = 0
+            continue
         try:
             counts[k] = len(DetectionDataset(paths, dc.classes, issues, check_images=True))
         except DataError:

@@ -16,10 +16,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import CfgError, DataError
 from ..vision.augment import AugmentConfig, augment_detection
 from ..vision.augment_ab import AbAugmentConfig, track_id_base
-from ..vision.image import load_image_color
+from ..vision.image import load_image
 from ..vision.mosaic_ab import load_data_detection_ab
 from .datasets import DetectionDataset, label_path
 
@@ -88,17 +88,23 @@ class AbMultiScale:
 
 
 class DetectionLoader:
-    """Iterate (X (n,3,h,w) float32, truth (n, max_boxes*truth_size) float32) from batch
+    """Iterate (X (n,c,h,w) float32, truth (n, max_boxes*truth_size) float32) from batch
     `start` on: the batch's `images` images, or only those at `positions` among them
-    (n = len(positions)). Images are drawn at random with replacement (get_random_paths).
-    `aug` says whose augmentation: AugmentConfig (pjreddie's load_data_detection, 5 floats per
-    truth) or AbAugmentConfig (AlexeyAB's, with mosaic and mixup, 6 floats per truth)."""
+    (n = len(positions)). Images are drawn at random with replacement (get_random_paths),
+    loaded with `channels` channels (the network's c: 1 gives grey, as AlexeyAB's
+    load_data_detection). `aug` says whose augmentation: AugmentConfig (pjreddie's
+    load_data_detection, 5 floats per truth) or AbAugmentConfig (AlexeyAB's, with mosaic and
+    mixup, 6 floats per truth; colour images only here)."""
 
     def __init__(self, dataset: DetectionDataset, images: int,
                  aug: AugmentConfig | AbAugmentConfig, scales, seed: int = 0, start: int = 0,
-                 workers: int = 2, prefetch: int = 2, positions=None):
+                 workers: int = 2, prefetch: int = 2, positions=None, channels: int = 3):
+        if isinstance(aug, AbAugmentConfig) and channels != 3:
+            raise CfgError(f"AlexeyAB's training augmentation (mosaic, mixup, blur) is built "
+                           f"for 3-channel images; this network has channels={channels}")
         self.ds, self.images, self.aug, self.scales = dataset, images, aug, scales
         self.positions = list(range(images) if positions is None else positions)
+        self.channels = channels
         self.seed, self.next_index = seed, start
         self.prefetch = max(1, prefetch)
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers),
@@ -121,7 +127,7 @@ class DetectionLoader:
             j = int(rng.integers(len(self.ds)))
             path = self.ds.paths[j]
             try:
-                return j, load_image_color(path)
+                return j, load_image(path, c=self.channels)
             except DataError as e:  # report, draw another image
                 self.ds.issues.report("unreadable-image", path, None, str(e), path)
         raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())
@@ -139,7 +145,7 @@ class DetectionLoader:
             return load_data_detection_ab(np.random.default_rng([self.seed, k]), draw,
                                           self.images, w, h, self.aug, self.positions,
                                           image_rng)
-        X = np.empty((len(self.positions), 3, h, w), dtype=np.float32)
+        X = np.empty((len(self.positions), self.channels, h, w), dtype=np.float32)
         T = np.zeros((len(self.positions), self.aug.max_boxes * 5), dtype=np.float32)
         for i, position in enumerate(self.positions):
             rng = image_rng(position)

@@ -246,11 +246,11 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
 
 def _our_letterbox(image, net) -> np.ndarray:
     """What our detector feeds the network (as the shim does darknet's): pjreddie letterboxes;
-    AlexeyAB resizes unless [net] letter_box=1."""
-    from ..vision.image import letterbox_image, load_image_color, resize_image
+    AlexeyAB resizes unless [net] letter_box=1. Loaded with the network's channels."""
+    from ..vision.image import letterbox_image, load_image, resize_image
     fit = resize_image if net.dialect == "alexeyab" and not getattr(net, "letter_box", 0) \
         else letterbox_image
-    one = fit(load_image_color(image), net.w, net.h).reshape(-1)
+    one = fit(load_image(image, c=net.c), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)
 
 

@@ -41,6 +41,11 @@ PARAM_FIELDS = ("weights", "biases", "scales", "rolling_mean", "rolling_variance
 REPLAY_FIELDS = ("x",)
 MAX_DESTS = 64
 MODES = ("forward_test", "forward_train", "trainstep")
+# Characters a darknet folder may have: a comma would split -Wl,-rpath,DIR into linker options,
+# a colon separates rpath entries, a dollar starts a loader token ($ORIGIN).
+SAFE_PATH_CHARS = r"[A-Za-z0-9_./+@~ -]"
+SAFE_PATH = re.compile(SAFE_PATH_CHARS + "+")
+COMPILE_TIMEOUT = 300.0     # seconds for the shim's compile and link
 
 
 def cache_dir() -> Path:
@@ -73,7 +78,13 @@ class DarknetTree:
 
     @classmethod
     def locate(cls, root) -> "DarknetTree":
-        root = Path(root).expanduser().resolve()
+        root = Path(os.path.abspath(Path(root).expanduser()))
+        if not SAFE_PATH.fullmatch(str(root)):
+            bad = sorted(set(re.sub(SAFE_PATH_CHARS, "", str(root))))
+            raise DarknumbaError(
+                f"--darknet {str(root)!r}: the path holds {''.join(bad)!r}, which the compiler, "
+                f"linker or loader would read as syntax (the folder goes into -Wl,-rpath,DIR); "
+                f"use a path of letters, digits, spaces and ._+@~/- (a symlink will do)")
         if not root.is_dir():
             raise DarknumbaError(f"--darknet {root}: no such directory (give the folder of a "
                                  f"pjreddie darknet checkout built with `make`)")
@@ -145,7 +156,12 @@ def compile_shim(tree: DarknetTree, log=None) -> Path:
            f"-Wl,-rpath,{tree.root}", "-lm", "-pthread"]
     if log:
         log(f"compiling the darknet shim: {' '.join(cmd)}")
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        os.unlink(tmp)
+        raise DarknumbaError(f"compiling the compare shim against {tree.header} took more than "
+                             f"{COMPILE_TIMEOUT:.0f} s; stopped") from None
     if r.returncode != 0:
         os.unlink(tmp)
         tail = "\n".join(r.stderr.strip().splitlines()[-8:])

@@ -17,7 +17,7 @@ import numpy as np
 from ..data.datasets import DetectionDataset, get_paths
 from ..errors import DarknumbaError
 from ..parser import load_network
-from ..weights import save_weights
+from .checkpoint import save_checkpoint
 
 
 class AbSchedule:
@@ -170,14 +170,15 @@ class Ema:
         elif i < self.apply_at:
             self.update(self.alpha)
 
-    def save(self, net, path):
+    def save(self, net, path, previous: str | None = None):
         """save_weights_upto(..., save_ema=1): the network with the averages in place of the
-        convolutions' weights, biases and scales (the rolling statistics as they are)."""
+        convolutions' weights, biases and scales (the rolling statistics as they are); a
+        failed write is a CheckpointError naming `previous`, the last checkpoint."""
         kept = [w.copy() for w, _ in self.pairs]
         try:
             for w, avg in self.pairs:
                 w[:] = avg
-            save_weights(net, path)
+            save_checkpoint(net, path, previous)
         finally:
             for (w, _), k in zip(self.pairs, kept):
                 w[:] = k

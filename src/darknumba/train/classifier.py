@@ -23,11 +23,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cfg import read_cfg
-from ..data.datasets import get_paths, read_data_cfg, read_list
+from ..data.datasets import data_int, get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
-from ..vision.augment import rand_scale, random_distort_image
-from ..vision.image import letterbox_image, load_image_color, resize_image
-from ..weights import save_weights
+from ..vision.augment import rand_scale, rand_uniform, random_distort_image
+from ..vision.image import letterbox_image, load_image, resize_image
+from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
 
 
@@ -56,10 +56,9 @@ class ClassifierData:
         labels = labels[:dc.classes]
         names = read_list(dc.resolve(dc.names), what="names file")[:dc.classes] if dc.names \
             else labels
-        try:
-            top = int(dc.options.get("top", 1))
-        except ValueError:
-            raise DataError(f"{path}: top = {dc.options['top']!r} is not an integer") from None
+        top = data_int(path, "top", dc.options.get("top", "1"))
+        if top < 1:
+            raise DataError(f"{path}: top = {top}: expected a positive integer")
         return cls(os.fspath(path), dc.classes, labels, names, dc.resolve(dc.train),
                    dc.resolve(dc.valid), dc.resolve(dc.backup), top)
 
@@ -141,10 +140,10 @@ def augment_image(rng, im, size, a: ClassifierAugment):
         _, ih, iw = im.shape
         m = ih if ih < iw * aspect else iw * aspect
         scale = r / m
-        rad = rng.uniform(-a.angle, a.angle) * 2 * math.pi / 360.0
+        rad = rand_uniform(rng, -a.angle, a.angle) * 2 * math.pi / 360.0
         dx = (iw * scale / aspect - size) / 2.0
         dy = (ih * scale - size) / 2.0
-        dx, dy = rng.uniform(-dx, dx), rng.uniform(-dy, dy)
+        dx, dy = rand_uniform(rng, -dx, dx), rand_uniform(rng, -dy, dy)
         crop = rotate_crop_image(im, rad, scale, size, size, dx, dy, aspect)
     if rng.integers(2):
         crop = np.ascontiguousarray(crop[:, :, ::-1])
@@ -198,8 +197,9 @@ class _BatchLoader:
     """Augmented batches on a thread pool, one batch ahead: the whole batch is drawn (images
     and their augmentation seeds), the images at `positions` in it are loaded (all: None)."""
 
-    def __init__(self, paths, idx, classes, size, aug, batch, seed, workers, positions=None):
-        self.paths, self.idx, self.classes = paths, idx, classes
+    def __init__(self, paths, idx, classes, size, aug, batch, seed, workers, positions=None,
+                 channels=3):
+        self.paths, self.idx, self.classes, self.channels = paths, idx, classes, channels
         self.size, self.aug, self.batch = size, aug, batch
         self.positions = list(range(batch) if positions is None else positions)
         self.rng = np.random.default_rng(seed)
@@ -212,10 +212,11 @@ class _BatchLoader:
         return [items[i] for i in self.positions]
 
     def _load(self, items):
-        X = np.empty((len(items), 3, self.size, self.size), np.float32)
+        X = np.empty((len(items), self.channels, self.size, self.size), np.float32)
         T = np.zeros((len(items), self.classes), np.float32)
         for k, (p, c, s) in enumerate(items):
-            X[k] = augment_image(np.random.default_rng(s), load_image_color(p), self.size, self.aug)
+            X[k] = augment_image(np.random.default_rng(s), load_image(p, c=self.channels),
+                                 self.size, self.aug)
             T[k, c] = 1
         return X, T
 
@@ -249,6 +250,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     base = os.path.splitext(os.path.basename(cfgfile))[0]
     backup = opts.backup or dc.backup or "backup/"
     os.makedirs(backup, exist_ok=True)
+    remove_stale_temps(backup, log=lambda m: log(m, file=sys.stderr))
     imgs = net.batch * net.subdivisions
     aug = ClassifierAugment.from_network(net, cfgfile)
     N = len(paths)
@@ -259,12 +261,13 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
 
     def save(path):
         if par.is_root:
-            save_weights(net, path)
+            save_checkpoint(net, path, written[-1] if written else None)
         written.append(path)
         log(f"Saving weights to {path}")
 
     loader = _BatchLoader(paths, idx, dc.classes, net.w, aug, imgs,
-                          [opts.seed, net.current_batch()], opts.workers, par.positions())
+                          [opts.seed, net.current_batch()], opts.workers, par.positions(),
+                          net.c)
     epoch = net.seen // N
     avg_loss, loss, interrupted = -1.0, math.nan, False
     try:
@@ -313,9 +316,9 @@ def validate(net, paths, idx, topk: int, batch: int = 1, log=None):
     hit1 = hitk = 0
     for start in range(0, len(paths), batch):
         chunk = paths[start:start + batch]
-        X = np.zeros((net.batch, 3, net.h, net.w), np.float32)
+        X = np.zeros((net.batch, net.c, net.h, net.w), np.float32)
         for k, p in enumerate(chunk):
-            X[k] = valid_input(load_image_color(p), net.w, net.h)
+            X[k] = valid_input(load_image(p, c=net.c), net.w, net.h)
         out = np.asarray(net.predict(X)).reshape(net.batch, -1)
         for k in range(len(chunk)):
             best = top_k(out[k, :net.outputs], topk)

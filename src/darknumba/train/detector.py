@@ -20,13 +20,14 @@ import numpy as np
 
 from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
 from ..data.loader import AbMultiScale, DetectionLoader, MultiScale
-from ..errors import DarknumbaError, WeightsError
+from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
 from ..vision.augment_ab import AbAugmentConfig
 from ..weights import atomic_write, load_weights, peek_version, plan_weights, save_weights
 from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
                        iteration_line)
+from .checkpoint import remove_stale_temps, save_checkpoint
 
 
 class TrainingStopped(DarknumbaError):
@@ -277,6 +278,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     base = os.path.splitext(os.path.basename(cfgfile))[0]
     backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
     os.makedirs(backup_dir, exist_ok=True)
+    remove_stale_temps(backup_dir, log=lambda m: log(m, file=sys.stderr))
 
     from .data_parallel import OneProcess
     par = opts.parallel or OneProcess()
@@ -316,7 +318,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
 
     def save(path):
         if par.is_root:
-            save_weights(net, path)
+            save_checkpoint(net, path, written[-1] if written else None)
         written.append(path)
         log(f"Saving weights to {path}")
 
@@ -325,7 +327,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         if suffix == "_last.weights" and ema is not None and ema.initialized:
             path = os.path.join(backup_dir, f"{base}_ema.weights")
             if par.is_root:
-                ema.save(net, path)
+                ema.save(net, path, written[-1])
             written.append(path)
             log(f" EMA weights are saved to the file: {path}")
 
@@ -339,7 +341,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     i = start
     interrupted = False
     loader = DetectionLoader(ds, imgs, aug, scales, seed=opts.seed, start=start,
-                             workers=opts.workers, positions=par.positions())
+                             workers=opts.workers, positions=par.positions(), channels=net.c)
     try:
         with StopFlag() as stop:
             while net.current_batch() < net.max_batches:
@@ -408,5 +410,8 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         save(os.path.join(backup_dir, f"{base}_final.weights"))
     if issues.issues:
         log(issues.summary(), file=sys.stderr)
+        if opts.bad_data == "stop":     # found by a loader thread in a batch never trained on
+            raise DataError(f"{issues.issues[0]} (bad-data policy is `stop`; found while "
+                            f"preparing a batch ahead; {written[-1]} is saved)")
     return {"iterations": i - start, "loss": loss, "avg_loss": avg_loss, "written": written,
             "interrupted": interrupted, "issues": issues, "final_iteration": i}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +38,8 @@ from .cocoeval import CocoEval, coco_evaluate
 
 
 def box_iou(a, b) -> np.ndarray:
-    """IoU of centre-based boxes: a (n,4) vs b (m,4) -> (n,m)."""
+    """IoU of centre-based boxes: a (n,4) vs b (m,4) -> (n,m); 0 where the union is empty or
+    not a number (zero-area or non-finite boxes)."""
     a = np.asarray(a, np.float64).reshape(-1, 4)
     b = np.asarray(b, np.float64).reshape(-1, 4)
     al, ar = a[:, 0] - a[:, 2] / 2, a[:, 0] + a[:, 2] / 2
@@ -46,9 +48,10 @@ def box_iou(a, b) -> np.ndarray:
     bt, bb = b[:, 1] - b[:, 3] / 2, b[:, 1] + b[:, 3] / 2
     iw = np.clip(np.minimum(ar[:, None], br[None]) - np.maximum(al[:, None], bl[None]), 0, None)
     ih = np.clip(np.minimum(ab[:, None], bb[None]) - np.maximum(at[:, None], bt[None]), 0, None)
-    inter = iw * ih
-    union = (a[:, 2] * a[:, 3])[:, None] + (b[:, 2] * b[:, 3])[None] - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):      # inf/NaN boxes of a diverged net
+        inter = iw * ih
+        union = (a[:, 2] * a[:, 3])[:, None] + (b[:, 2] * b[:, 3])[None] - inter
+        return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
 
 def iou_rows(a, b) -> np.ndarray:
@@ -314,6 +317,17 @@ COCO_IDS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 13, 14, 15, 16, 17, 18, 19, 20, 2
             75, 76, 77, 78, 79, 80, 81, 82, 84, 85, 86, 87, 88, 89, 90)
 
 
+def class_file_stems(names: list[str]) -> list[str]:
+    """validate_detector's per-class file names (`<prefix><name>.txt`) made safe: a name is one
+    file name inside the output folder (no '/', '\\', NUL or other control characters, no
+    leading dots, so no '..'), at most 100 characters; names that end up equal (or empty)
+    get their class index appended."""
+    stems = [re.sub(r"[/\\\x00-\x1f\x7f]", "_", name).lstrip(".")[:100] for name in names]
+    counts = {s: stems.count(s) for s in stems}
+    return [s if s and counts[s] == 1 else f"{s}_{c}" if s else f"class_{c}"
+            for c, s in enumerate(stems)]
+
+
 def coco_image_id(path: str) -> int:
     """get_coco_image_id: the number after the last '_' (or after the folder) in the name."""
     name = os.path.splitext(os.path.basename(path))[0]
@@ -327,9 +341,9 @@ def coco_image_id(path: str) -> int:
 def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
                       thresh: float = 0.005, nms: float = 0.45, coco: bool = False,
                       progress=None) -> int:
-    """validate_detector: per-class result files `out/<prefix><name>.txt` (image stem, score,
-    xmin ymin xmax ymax in 1-based pixels clipped to the image), or with `coco`
-    out/coco_results.json (category ids mapped to COCO's when there are 80 classes). Returns
+    """validate_detector: per-class result files `out/<prefix><name>.txt` (the name made one
+    safe file name by class_file_stems; image stem, score, xmin ymin xmax ymax in 1-based
+    pixels clipped to the image), or with `coco` out/coco_results.json (category ids mapped to COCO's when there are 80 classes). Returns
     the number of detections written."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -337,8 +351,8 @@ def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
     results = []
     written = 0
     with contextlib.ExitStack() as stack:
-        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{names[c]}.txt", "w"))
-                                 for c in range(classes)}
+        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{stem}.txt", "w"))
+                                 for c, stem in enumerate(class_file_stems(names))}
         for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, progress):
             stem = os.path.splitext(os.path.basename(p))[0]
             for b, pr in zip(boxes, probs):

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from ..detections import letterbox_size
+
 
 @dataclass
 class AugmentConfig:
@@ -47,6 +49,14 @@ class Placement:
     flip: bool = False
 
 
+def rand_uniform(rng, lo: float, hi: float) -> float:
+    """rand_uniform: a draw between lo and hi in either order (Darknet swaps them, so a negative
+    jitter, hue or angle is its absolute value); the same draw as rng.uniform(lo, hi)."""
+    if hi < lo:
+        lo, hi = hi, lo
+    return lo + (hi - lo) * rng.random()
+
+
 def rand_scale(rng, s):
     """rand_scale: a factor in [1, s], inverted half the time."""
     lo, hi = (1.0, s) if s >= 1 else (s, 1.0)
@@ -63,8 +73,8 @@ def random_placement(rng, im_w, im_h, w, h, a: AugmentConfig) -> Placement:
         p.flip = flip
         return p
     dw, dh = a.jitter * im_w, a.jitter * im_h
-    new_ar = (im_w + rng.uniform(-dw, dw)) / (im_h + rng.uniform(-dh, dh))
-    scale = rng.uniform(*a.scale)
+    new_ar = (im_w + rand_uniform(rng, -dw, dw)) / (im_h + rand_uniform(rng, -dh, dh))
+    scale = rand_uniform(rng, *a.scale)
     if new_ar < 1:
         nh = scale * h
         nw = nh * new_ar
@@ -78,10 +88,7 @@ def random_placement(rng, im_w, im_h, w, h, a: AugmentConfig) -> Placement:
 
 def letterbox_placement(im_w, im_h, w, h) -> Placement:
     """letterbox_image's geometry: fit inside w x h keeping the aspect ratio, centred."""
-    if w / im_w < h / im_h:
-        nw, nh = w, (im_h * w) // im_w
-    else:
-        nw, nh = (im_w * h) // im_h, h
+    nw, nh = letterbox_size(im_w, im_h, w, h)
     return Placement(float(nw), float(nh), float((w - nw) // 2), float((h - nh) // 2))
 
 
@@ -185,7 +192,7 @@ def _distort_image(im, dhue, dsat, dexp):
 
 # -- public --------------------------------------------------------------------------------------
 def place_image(im, p: Placement, w: int, h: int) -> np.ndarray:
-    """The network canvas (3, h, w) filled with 0.5, the image placed on it, flipped if asked."""
+    """The network canvas (c, h, w) filled with 0.5, the image placed on it, flipped if asked."""
     canvas = np.full((im.shape[0], h, w), 0.5, dtype=np.float32)
     _place_image(np.ascontiguousarray(im, dtype=np.float32), int(p.nw), int(p.nh),
                  int(p.dx), int(p.dy), canvas)
@@ -195,11 +202,17 @@ def place_image(im, p: Placement, w: int, h: int) -> np.ndarray:
 
 
 def random_distort_image(rng, im, hue, saturation, exposure):
-    """random_distort_image, in place. Skipped (bit-exact) when all three are neutral."""
-    dhue = rng.uniform(-hue, hue) if hue else 0.0
+    """random_distort_image, in place. Skipped (bit-exact) when all three are neutral. An image
+    of fewer than 3 channels (a grey `channels=1` network) has its first channel scaled by the
+    exposure factor only, as AlexeyAB's distort_image does; a fourth channel is left alone."""
+    dhue = rand_uniform(rng, -hue, hue) if hue else 0.0
     dsat = rand_scale(rng, saturation) if saturation != 1 else 1.0
     dexp = rand_scale(rng, exposure) if exposure != 1 else 1.0
     if dhue == 0 and dsat == 1 and dexp == 1:
+        return im
+    if im.shape[0] < 3:
+        im[0] *= np.float32(dexp)
+        np.clip(im, 0, 1, out=im)
         return im
     _distort_image(im, np.float32(dhue), np.float32(dsat), np.float32(dexp))
     return im
@@ -242,7 +255,7 @@ def fill_truth(boxes, max_boxes: int) -> np.ndarray:
 def augment_detection(rng, im, boxes, w: int, h: int, a: AugmentConfig):
     """One image of load_data_detection: place (crop/translate/scale), distort, flip, and the
     truths moved alike. Boxes are shuffled first (randomize_boxes) so max_boxes drops at random.
-    Returns (canvas (3,h,w) float32, truth (max_boxes*5,) float32)."""
+    Returns (canvas (c,h,w) float32, truth (max_boxes*5,) float32)."""
     p = random_placement(rng, im.shape[2], im.shape[1], w, h, a)
     canvas = place_image(im, Placement(p.nw, p.nh, p.dx, p.dy, False), w, h)
     random_distort_image(rng, canvas, a.hue, a.saturation, a.exposure)

@@ -6,6 +6,8 @@ Detections are parallel arrays (see Detections); the loops over boxes live in ke
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..detections import Detections
@@ -48,6 +50,8 @@ def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.
 
     `hier` is Darknet's hierarchical threshold: [region] layers with a class tree (tree=)
     descend it while the path probability stays above hier; other layers ignore it."""
+    if math.isnan(thresh) or math.isnan(hier):
+        raise ValueError("get_network_boxes: thresh and hier must be numbers, not NaN")
     layers = detection_layers(net)
     classes = layers[-1].classes
     if any(l.classes != classes for l in layers):
@@ -128,20 +132,24 @@ def format_lines(results: list[dict]) -> list[str]:
 
 
 def network_input(net, images: list[np.ndarray], letterbox: bool = True) -> np.ndarray:
-    """(net.batch, c, net.h, net.w) float32: each (3, h, w) image letterboxed (or resized) to
+    """(net.batch, c, net.h, net.w) float32: each (c, h, w) image letterboxed (or resized) to
     the network, zero rows for unused batch slots."""
+    from ..errors import DataError
     from .image import letterbox_image, resize_image
     if len(images) > net.batch:
         raise ValueError(f"{len(images)} images for a network of batch {net.batch}")
     x = np.zeros((net.batch, net.c, net.h, net.w), np.float32)
     for i, im in enumerate(images):
+        if im.shape[0] != net.c:
+            raise DataError(f"an image of {im.shape[0]} channels for a network of channels="
+                            f"{net.c}: load it with load_image(path, c=net.c)")
         x[i] = letterbox_image(im, net.w, net.h) if letterbox else resize_image(im, net.w, net.h)
     return x
 
 
 def detect(net, images: list[np.ndarray], thresh: float = 0.5, hier: float = 0.5,
            nms: float = 0.45, letterbox: bool = True) -> list[Detections]:
-    """test_detector for up to net.batch images ((3, h, w) float32 each): letterbox, forward,
+    """test_detector for up to net.batch images ((net.c, h, w) float32 each): letterbox, forward,
     get_network_boxes (relative to each image), then when nms > 0 do_nms_sort or the NMS kind
     of an AlexeyAB network's last [yolo] layer."""
     detection_layers(net)

@@ -5,8 +5,9 @@
 
 Images are paths (an image file, a folder of images, a glob, or a .txt/.list file of paths, one
 per line as Darknet's lists), Pillow images, or arrays: (h, w, 3) uint8 RGB, or (3, h, w) float
-in [0, 1] as load_image_color gives. A worker thread decodes files ahead of the network; images
-run net.batch at a time, letterboxed (or resized), then get_network_boxes and do_nms_sort.
+in [0, 1] as load_image_color gives; files and images are converted to the network's channels
+(a (c, h, w) float array must have them). A worker thread decodes files ahead of the network;
+images run net.batch at a time, letterboxed (or resized), then get_network_boxes and do_nms_sort.
 
 A record is what `darknumba detect --json` writes, one JSON line per image:
     image          the path as given (str); None for an array or Pillow image
@@ -39,10 +40,11 @@ from ..detections import Detections
 from ..errors import DataError
 from ..network import Network
 from ..parser import load_network
+from ..textfile import read_text
 from .box import detect, detection_layers, detection_results, format_lines
 from .box_ab import detection_results_v3, format_lines_v3
 from .draw import draw_detections, save_png
-from .image import bytes_to_image, image_from_pil, load_image_color
+from .image import bytes_to_image, convert_channels, image_from_pil, load_image
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
               ".pgm", ".pnm", ".tga"}
@@ -70,12 +72,9 @@ def find_default(rel: str) -> Path | None:
 
 
 def get_labels(path) -> list[str]:
-    """get_labels: one name per line."""
-    p = Path(path)
-    try:
-        return [line.strip() for line in p.read_text().splitlines() if line.strip()]
-    except OSError as e:
-        raise DataError(f"cannot read names file {p}: {e.strerror or e}") from None
+    """get_labels: one name per line (a UTF-8 text file)."""
+    from ..data.datasets import read_list
+    return read_list(path, what="names file")
 
 
 def class_names(names, cfg: Path | None, classes: int, log: Callable[[str], None]) -> list[str]:
@@ -117,7 +116,7 @@ def expand_images(args: Iterable) -> list[Path]:
                 raise DataError(f"no images found in folder {p}")
             out += found
         elif p.is_file() and p.suffix.lower() in LIST_EXTS:
-            lines = [s.strip() for s in p.read_text().splitlines()]
+            lines = [s.strip() for s in read_text(p, "image list", DataError).splitlines()]
             found = [Path(s) for s in lines if s and not s.startswith("#")]
             if not found:
                 raise DataError(f"list file {p} names no images")
@@ -134,44 +133,45 @@ def expand_images(args: Iterable) -> list[Path]:
     return out
 
 
-def as_image(im) -> np.ndarray:
-    """(3, h, w) float32 in [0, 1] from a Pillow image, an (h, w, 3) uint8 RGB array or a
-    (3, h, w) float array in [0, 1]."""
+def as_image(im, c: int = 3) -> np.ndarray:
+    """(c, h, w) float32 in [0, 1] from a Pillow image, an (h, w, 3) uint8 RGB array
+    (converted to c channels as files are) or a (c, h, w) float array in [0, 1]."""
     from PIL import Image
     if isinstance(im, Image.Image):
-        return image_from_pil(im)
+        return image_from_pil(im, c)
     a = np.asarray(im)
     if a.dtype == np.uint8 and a.ndim == 3 and a.shape[2] == 3 and a.size:
-        return bytes_to_image(a)
-    if a.dtype.kind == "f" and a.ndim == 3 and a.shape[0] == 3 and a.size:
+        return bytes_to_image(convert_channels(a, c))
+    if a.dtype.kind == "f" and a.ndim == 3 and a.shape[0] == c and a.size:
         if not np.isfinite(a).all():
             raise DataError("an image array holds NaN or infinite values")
         return np.ascontiguousarray(a, dtype=np.float32)
-    raise DataError(f"an image array must be (h, w, 3) uint8 RGB or (3, h, w) float in [0, 1], "
-                    f"not {a.shape} {a.dtype}")
+    raise DataError(f"an image array must be (h, w, 3) uint8 RGB or ({c}, h, w) float in "
+                    f"[0, 1], not {a.shape} {a.dtype}")
 
 
 def _is_path(item) -> bool:
     return isinstance(item, (str, os.PathLike))
 
 
-def _decode(item):
-    """(image, None), or (None, message) for a file that cannot be read."""
+def _decode(item, c: int):
+    """(image with c channels, None), or (None, message) for a file that cannot be read."""
     if not _is_path(item):
-        return as_image(item), None
+        return as_image(item, c), None
     try:
-        return load_image_color(item), None
+        return load_image(item, c=c), None
     except DataError as e:
         return None, str(e)
 
 
-def prefetched(items: Iterable, ahead: int):
-    """(item, image or None, error) in order, decoded by a worker thread `ahead` items early
-    (Pillow releases the GIL while it decodes)."""
+def prefetched(items: Iterable, ahead: int, c: int = 3):
+    """(item, image or None, error) in order, decoded with c channels (the network's, as
+    AlexeyAB's load_image(path, 0, 0, net.c)) by a worker thread `ahead` items early (Pillow
+    releases the GIL while it decodes)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         queue = deque()
         for item in items:
-            queue.append((item, pool.submit(_decode, item)))
+            queue.append((item, pool.submit(_decode, item, c)))
             if len(queue) > ahead:
                 q, f = queue.popleft()
                 yield (q, *f.result())
@@ -304,7 +304,7 @@ class Detector:
         the next image."""
         batch = self.net.batch
         chunk, ready = [], 0
-        for item, im, err in prefetched(images, ahead=2 * batch):
+        for item, im, err in prefetched(images, 2 * batch, self.net.c):
             source = os.fspath(item) if _is_path(item) else None
             chunk.append(Prediction(source, im, err, self.names, self.classes, self.thresh,
                                     alexeyab=self.alexeyab, ext_output=self.ext_output))
@@ -345,7 +345,7 @@ class Detector:
     def draw(self, image, record: dict, path=None):
         """Draw a record's boxes as Darknet does onto (a copy of) `image` (a path, array or
         Pillow image): a Pillow image, also saved as a PNG at `path` when given."""
-        im = load_image_color(image) if _is_path(image) else as_image(image)
+        im = load_image(image, c=self.net.c) if _is_path(image) else as_image(image, self.net.c)
         img = draw_detections(im, labelled(record["detections"]), self.classes)
         if path is not None:
             save_png(img, path)

@@ -37,11 +37,14 @@ def _font(size: int):
 
 
 def to_pil(im):
-    """A Pillow RGB image from a (3, h, w) float32 image in [0, 1] (or a Pillow image)."""
+    """A Pillow RGB image from a (c, h, w) float32 image in [0, 1] (or a Pillow image): grey
+    (and grey+alpha) images are drawn in grey, a fourth channel is dropped."""
     from PIL import Image
     if isinstance(im, Image.Image):
         return im.convert("RGB")
-    a = np.rint(np.clip(np.asarray(im, np.float32), 0, 1) * 255).astype(np.uint8)
+    im = np.asarray(im, np.float32)
+    im = np.repeat(im[:1], 3, axis=0) if im.shape[0] < 3 else im[:3]
+    a = np.rint(np.clip(im, 0, 1) * 255).astype(np.uint8)
     return Image.fromarray(np.ascontiguousarray(a.transpose(1, 2, 0)), "RGB")
 
 

@@ -1,15 +1,23 @@
 """Images as Darknet holds them (`image.c`): float32 in [0, 1], CHW (c, h, w), RGB.
 
-Dimension legend: c channels (3), h rows, w columns.
+Dimension legend: c channels (3, or the network's `channels`), h rows, w columns.
 
-load_image_color decodes with Pillow and gives what Darknet's stb loader gives: RGB bytes / 255,
-whatever the file's mode (grayscale, grey+alpha, RGBA, palette, 16-bit are converted, never
-rejected; alpha is dropped, not composited; 16-bit samples keep their high byte). EXIF
-orientation is not applied, as Darknet does not. resize_image is Darknet's own two-pass
-bilinear resize (not Pillow's resampler); letterbox_image keeps the aspect ratio and fills 0.5.
+load_image decodes with Pillow and gives what Darknet's stb loader gives for `c` requested
+channels (AlexeyAB's load_image(path, w, h, c); load_image_color is c = 3): bytes / 255,
+whatever the file's mode. Grey, grey+alpha, RGB and RGBA files are converted as stb converts
+them (grey replicated; colour to grey as stb's (77 r + 150 g + 29 b) >> 8; alpha dropped, not
+composited, or 255 when asked for and absent); palette, CMYK, YCbCr... through RGB; 16-bit
+samples keep their high byte. EXIF orientation is not applied, as Darknet does not.
+resize_image is Darknet's own two-pass bilinear resize (not Pillow's resampler);
+letterbox_image keeps the aspect ratio and fills 0.5.
+
+A file Darknet could not use either (missing, truncated, not an image, no pixels, more pixels
+than Pillow's decompression-bomb limit) is a DataError naming it.
 """
 from __future__ import annotations
 
+import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,55 +26,102 @@ from ..detections import letterbox_size
 from ..errors import DataError
 
 _16BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
+_OPEN_LOCK = threading.Lock()       # warnings filters are process-wide: one open at a time
 
 
-def _to_rgb_bytes(img) -> np.ndarray:
-    """(h, w, 3) uint8 from a Pillow image of any mode, as stb's 3-channel load gives them."""
+def _native_bytes(img) -> np.ndarray:
+    """(h, w, n) uint8, n = 1 grey, 2 grey+alpha, 3 RGB, 4 RGBA: the file's samples as stb
+    reads them before converting to the requested channels."""
     if img.mode in _16BIT_MODES:
         a = np.asarray(img, dtype=np.int64)
-        grey = (np.clip(a, 0, 65535) >> 8).astype(np.uint8)          # stb keeps the high byte
-        return np.repeat(grey[:, :, None], 3, axis=2)
+        return (np.clip(a, 0, 65535) >> 8).astype(np.uint8)[:, :, None]   # stb: high byte
     if img.mode == "F":
-        grey = np.clip(np.asarray(img, dtype=np.float64), 0, 255).astype(np.uint8)
-        return np.repeat(grey[:, :, None], 3, axis=2)
-    if img.mode in ("RGBA", "RGBa", "RGBX"):
-        return np.asarray(img, dtype=np.uint8)[:, :, :3]              # alpha dropped
-    if img.mode != "RGB":
-        img = img.convert("RGB")                                      # L, LA, P, 1, CMYK, YCbCr...
-    return np.asarray(img, dtype=np.uint8)
+        return np.clip(np.asarray(img, dtype=np.float64), 0, 255).astype(np.uint8)[:, :, None]
+    if img.mode in ("1", "L"):
+        return np.asarray(img.convert("L"), dtype=np.uint8)[:, :, None]
+    if img.mode in ("LA", "La"):
+        return np.asarray(img.convert("LA"), dtype=np.uint8)
+    if img.mode in ("RGBA", "RGBa", "PA") or (img.mode == "P" and "transparency" in img.info):
+        return np.asarray(img.convert("RGBA"), dtype=np.uint8)
+    return np.asarray(img.convert("RGB"), dtype=np.uint8)    # RGB, RGBX, P, CMYK, YCbCr, ...
+
+
+def _stb_grey(rgb: np.ndarray) -> np.ndarray:
+    """stbi__compute_y: (77 r + 150 g + 29 b) >> 8."""
+    r, g, b = (rgb[:, :, k].astype(np.uint32) for k in range(3))
+    return ((77 * r + 150 * g + 29 * b) >> 8).astype(np.uint8)
+
+
+def convert_channels(a: np.ndarray, c: int) -> np.ndarray:
+    """stbi__convert_format: (h, w, n) uint8 samples to (h, w, c), n and c in 1..4."""
+    n = a.shape[2]
+    if n == c:
+        return a
+    grey = a[:, :, 0] if n <= 2 else _stb_grey(a)
+    alpha = a[:, :, n - 1] if n in (2, 4) else np.full(a.shape[:2], 255, np.uint8)
+    colour = np.repeat(a[:, :, :1], 3, axis=2) if n <= 2 else a[:, :, :3]
+    planes = {1: [grey], 2: [grey, alpha], 3: [colour], 4: [colour, alpha[:, :, None]]}[c]
+    return np.dstack([p if p.ndim == 3 else p[:, :, None] for p in planes])
 
 
 def bytes_to_image(rgb: np.ndarray) -> np.ndarray:
-    """(h, w, 3) uint8 -> (3, h, w) float32 in [0, 1], as load_image_stb divides by 255."""
+    """(h, w, c) uint8 -> (c, h, w) float32 in [0, 1], as load_image_stb divides by 255."""
     return np.ascontiguousarray(rgb.transpose(2, 0, 1), dtype=np.float32) / np.float32(255.0)
 
 
-def image_from_pil(img) -> np.ndarray:
-    """(3, h, w) float32 in [0, 1] from a Pillow image of any mode, as load_image_color reads
-    files."""
-    return bytes_to_image(_to_rgb_bytes(img))
+def image_from_pil(img, c: int = 3) -> np.ndarray:
+    """(c, h, w) float32 in [0, 1] from a Pillow image of any mode, as load_image reads files
+    (c = 3: as load_image_color)."""
+    return bytes_to_image(convert_channels(_native_bytes(img), c))
 
 
-def load_image_color(path, w: int = 0, h: int = 0) -> np.ndarray:
-    """load_image_color: (3, h, w) float32 RGB in [0, 1]; resized with resize_image when w and h
-    are given and differ. Raises DataError naming the file when it is missing or unreadable."""
+def _decode(p: Path, c: int) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
+    try:
+        with _OPEN_LOCK, warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            img = Image.open(p)
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise DataError(f"cannot read image {p}: more than {Image.MAX_IMAGE_PIXELS} pixels, "
+                        f"Pillow's decompression-bomb limit") from None
+    except UnidentifiedImageError:
+        raise DataError(f"cannot read image {p}: not an image format Pillow recognises") from None
+    except Exception as e:               # noqa: BLE001 - any decoder failure is a bad file
+        raise DataError(f"cannot read image {p}: {type(e).__name__}: {e}") from None
+    with img:
+        if img.width <= 0 or img.height <= 0:
+            raise DataError(f"cannot read image {p}: it has no pixels ({img.width} x {img.height})")
+        try:
+            img.load()
+            return image_from_pil(img, c)
+        except MemoryError:
+            raise DataError(f"cannot read image {p}: {img.width} x {img.height} does not fit "
+                            f"in memory") from None
+        except Exception as e:           # noqa: BLE001 - truncated or corrupt data
+            raise DataError(f"cannot read image {p}: {type(e).__name__}: {e}") from None
+
+
+def load_image(path, w: int = 0, h: int = 0, c: int = 3) -> np.ndarray:
+    """load_image: (c, h, w) float32 in [0, 1] with c channels (1 grey, 2 grey+alpha, 3 RGB,
+    4 RGBA); resized with resize_image when w and h are given and differ. Raises DataError
+    naming the file when it is missing or unusable."""
+    if c not in (1, 2, 3, 4):
+        raise DataError(f"cannot load {path} with {c} channels: Darknet's image loader gives "
+                        f"1 (grey), 2, 3 (RGB) or 4 channels (the cfg's [net] channels)")
     p = Path(path)
     if not p.exists():
         raise DataError(f"image not found: {p}")
-    if p.is_dir():
-        raise DataError(f"{p} is a directory, not an image")
-    try:
-        with Image.open(p) as img:
-            img.load()
-            im = image_from_pil(img)
-    except UnidentifiedImageError:
-        raise DataError(f"cannot read image {p}: not an image format Pillow recognises") from None
-    except (OSError, ValueError, SyntaxError) as e:
-        raise DataError(f"cannot read image {p}: {e}") from None
+    if not p.is_file():
+        raise DataError(f"{p} is a {'directory' if p.is_dir() else 'special file'}, not an image")
+    im = _decode(p, c)
     if w and h and (im.shape[1] != h or im.shape[2] != w):
         im = resize_image(im, w, h)
     return im
+
+
+def load_image_color(path, w: int = 0, h: int = 0) -> np.ndarray:
+    """load_image_color: load_image with 3 channels (RGB)."""
+    return load_image(path, w, h, 3)
 
 
 def _samples(in_n: int, out_n: int):
