@@ -9,7 +9,7 @@ from pathlib import Path
 import darknumba
 
 PKG = Path(darknumba.__file__).parent
-APPS = ("vision", "data", "train", "parity", "cli")
+APPS = ("vision", "data", "train", "parity", "export", "cli")
 
 
 def imported_modules(path: Path) -> set[str]:

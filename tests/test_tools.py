@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 import darknumba as dn
 from darknumba.cli import app
 from darknumba.export.fold import fold_batchnorm, folded_cfg_text
-from darknumba.tools import average_weights, numops, rescale_weights, reset_batchnorm, speed
+from darknumba.export.tools import average_weights, numops, rescale_weights, reset_batchnorm, speed
 
 from conftest import ROOT, tiny_weights
 

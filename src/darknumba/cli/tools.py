@@ -21,7 +21,7 @@ def reset(cfg: CfgArg, weights: WeightsArg, out: OutArg,
     statistics to the identity (the outputs stay the same, the same cfg reads the file), so
     that training gathers them afresh. --clear also restarts `seen` (the iteration count)."""
     from ..parser import load_network
-    from ..tools import reset_batchnorm
+    from ..export.tools import reset_batchnorm
     from ..weights import save_weights
     net = load_network(str(cfg), str(weights), batch=1, dialect=dialect)
     layers = reset_batchnorm(net)
@@ -36,7 +36,7 @@ def average(cfg: CfgArg, out: OutArg,
                                                           help=".weights files of this cfg")],
             dialect: DialectOption = None):
     """Darknet's average: the mean of several .weights files of one cfg (`seen` of the first)."""
-    from ..tools import average_weights
+    from ..export.tools import average_weights
     from ..weights import save_weights
     net = average_weights(str(cfg), [str(w) for w in weights], dialect=dialect)
     save_weights(net, out)
@@ -47,7 +47,7 @@ def rescale(cfg: CfgArg, weights: WeightsArg, out: OutArg, dialect: DialectOptio
     """Darknet's rescale: the first convolution's 3-channel filters doubled and shifted so
     that the network reads [0, 1] images where it was trained on [-1, 1] ones."""
     from ..parser import load_network
-    from ..tools import rescale_weights
+    from ..export.tools import rescale_weights
     from ..weights import save_weights
     net = load_network(str(cfg), str(weights), batch=1, dialect=dialect)
     i = rescale_weights(net)
@@ -60,7 +60,7 @@ def ops(cfg: CfgArg, dialect: DialectOption = None):
     """Darknet's ops: floating point operations of one forward pass (2 x the multiply-adds of
     the convolutional, connected and recurrent layers)."""
     from ..parser import parse_network_cfg
-    from ..tools import numops
+    from ..export.tools import numops
     n = numops(parse_network_cfg(cfg, batch=1, dialect=dialect, allocate=False))
     typer.echo(f"Floating Point Operations: {n}\nFloating Point Operations: {n / 1e9:.2f} Bn")
 
@@ -70,7 +70,7 @@ def speed(cfg: CfgArg,
           dialect: DialectOption = None):
     """Darknet's speed: time TICS forward passes at batch 1 (random weights; the first pass,
     which compiles, is not timed)."""
-    from ..tools import speed as run
+    from ..export.tools import speed as run
     typer.echo(run(cfg, tics, dialect).report())
 
 

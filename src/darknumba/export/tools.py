@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import WeightsError
-from .export.fold import fold_batchnorm
-from .parser import load_network, parse_network_cfg
+from ..errors import WeightsError
+from .fold import fold_batchnorm
+from ..parser import load_network, parse_network_cfg
 
 
 def reset_batchnorm(net) -> list[int]:
