@@ -120,15 +120,11 @@ def box_iou(a, b):
 
 
 @njit(cache=True)
-def do_nms_sort_cpu(order, bbox, objectness, prob, thresh):
-    """do_nms_sort on the permutation `order` (filled here): boxes with objectness 0 are
-    swapped to the end (Darknet's unstable swap loop); then for each class the rest are sorted
-    by that class's prob, descending, with a stable merge sort (glibc's qsort is a merge sort,
-    so ties keep their current order), and every later box whose IoU with a kept box is
-    > thresh loses that class (prob set to 0 in place). A class whose probs are all 0 leaves
-    the order as it is, as a stable sort would."""
+def objectness_first(order, objectness):
+    """do_nms_sort's first pass on the permutation `order` (filled here): boxes with
+    objectness 0 are swapped to the end (Darknet's unstable swap loop); returns how many
+    are left in front."""
     total = order.shape[0]
-    classes = prob.shape[1]
     for i in range(total):
         order[i] = i
     k = total - 1
@@ -141,18 +137,38 @@ def do_nms_sort_cpu(order, bbox, objectness, prob, thresh):
             k -= 1
         else:
             i += 1
-    total = k + 1
+    return k + 1
+
+
+@njit(cache=True)
+def sort_by_class(order, prob, c, total, keys):
+    """order[:total] sorted by class c's prob, descending, stably (glibc's qsort is a merge
+    sort, so ties keep their order); False, the order left as it is, when every prob is 0."""
+    nonzero = False
+    for i in range(total):
+        keys[i] = -prob[order[i], c]
+        if keys[i] != 0:
+            nonzero = True
+    if not nonzero:
+        return False
+    perm = np.argsort(keys[:total], kind="mergesort")
+    order[:total] = order[:total][perm]
+    return True
+
+
+@njit(cache=True)
+def do_nms_sort_cpu(order, bbox, objectness, prob, thresh):
+    """do_nms_sort on the permutation `order` (filled here): boxes with objectness 0 are
+    swapped to the end (Darknet's unstable swap loop); then for each class the rest are sorted
+    by that class's prob, descending, with a stable merge sort (glibc's qsort is a merge sort,
+    so ties keep their current order), and every later box whose IoU with a kept box is
+    > thresh loses that class (prob set to 0 in place). A class whose probs are all 0 leaves
+    the order as it is, as a stable sort would."""
+    total = objectness_first(order, objectness)
     keys = np.empty(total, dtype=np.float32)
-    for c in range(classes):
-        nonzero = False
-        for i in range(total):
-            keys[i] = -prob[order[i], c]
-            if keys[i] != 0:
-                nonzero = True
-        if not nonzero:
+    for c in range(prob.shape[1]):
+        if not sort_by_class(order, prob, c, total, keys):
             continue
-        perm = np.argsort(keys, kind="mergesort")
-        order[:total] = order[:total][perm]
         for i in range(total):
             a = order[i]
             if prob[a, c] == 0:

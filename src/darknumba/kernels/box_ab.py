@@ -13,7 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
-from .box import overlap
+from .box import objectness_first, overlap, sort_by_class
 
 IOU, GIOU, MSE, DIOU, CIOU = 0, 1, 2, 3, 4
 DEFAULT_NMS, GREEDY_NMS, DIOU_NMS = 0, 1, 2
@@ -262,32 +262,11 @@ def diounms_sort_cpu(order, bbox, objectness, prob, thresh, kind, beta):
     (prob set to 0 in place) when the kept box's IoU (DEFAULT_NMS; 0 with zero-area boxes),
     DIoU (GREEDY_NMS, beta 0.6) or IoU - (d/c)^beta (DIOU_NMS) with it is > thresh. A class
     whose probs are all 0 leaves the order as it is."""
-    total = order.shape[0]
-    classes = prob.shape[1]
-    for i in range(total):
-        order[i] = i
-    k = total - 1
-    i = 0
-    while i <= k:
-        if objectness[order[i]] == 0:
-            t = order[i]
-            order[i] = order[k]
-            order[k] = t
-            k -= 1
-        else:
-            i += 1
-    total = k + 1
+    total = objectness_first(order, objectness)
     keys = np.empty(total, dtype=np.float32)
-    for c in range(classes):
-        nonzero = False
-        for i in range(total):
-            keys[i] = -prob[order[i], c]
-            if keys[i] != 0:
-                nonzero = True
-        if not nonzero:
+    for c in range(prob.shape[1]):
+        if not sort_by_class(order, prob, c, total, keys):
             continue
-        perm = np.argsort(keys, kind="mergesort")
-        order[:total] = order[:total][perm]
         for i in range(total):
             a = bbox[order[i]]
             if prob[order[i], c] == 0:

@@ -64,6 +64,7 @@ def get_yolo_detections_ab_cpu(bbox, objectness, prob, output, offset, n, lw, lh
     if > thresh. Writes rows 0..count-1 (count from yolo_num_detections); returns count."""
     wh = lw * lh
     entries = 4 + 1 + classes
+    rows = bbox.shape[0]
     count = 0
     for i in range(wh):
         row = i // lw
@@ -73,6 +74,8 @@ def get_yolo_detections_ab_cpu(bbox, objectness, prob, output, offset, n, lw, lh
             obj = output[base + 4 * wh]
             if not obj > thresh:
                 continue
+            if count >= rows:                # never past the rows counted
+                return count
             x, y, w, h = get_yolo_box(output, biases, mask[a], base, col, row, lw, lh, netw,
                                       neth, wh, new_coords)
             bbox[count, 0] = x

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..dialect import DEFAULT_QUIRKS
 from ..errors import CfgError
-from ..kernels.blas import axpy_cpu, copy_cpu
+from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu
 from ..kernels.fused import batchnorm_x_norm, bn_divisors
 from .memory import SizeError, buffer, reserve
 
@@ -186,6 +186,16 @@ def require_image_input(section, params: SizeParams):
         raise CfgError(f"{section.where()}: layer {params.index} needs an image input "
                        f"(h x w x c), but the layer before it outputs a flat vector of "
                        f"{params.inputs} values")
+
+
+def sgd_update_weights(l, a: UpdateArgs):
+    """The SGD step of a layer whose only parameters are `weights` (AlexeyAB's weighted
+    [shortcut], [implicit]): decay, rate / batch, momentum, as update_convolutional_layer does
+    for its weights (also under adam=1, as those layers' C does)."""
+    f32 = np.float32
+    rate = f32(f32(a.learning_rate) * f32(l.learning_rate_scale))
+    sgd_update_cpu(l.nweights, f32(rate / f32(a.batch)), f32(-f32(a.decay) * f32(a.batch)),
+                   a.momentum, l.weights, l.weight_updates)
 
 
 def pass_delta(net, delta, n, overwrite=False):

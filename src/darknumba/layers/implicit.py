@@ -4,9 +4,8 @@ they start at mean + U(-std, std); backward sums the delta over the batch into t
 update_implicit_layer is SGD with momentum and decay (also under adam=1, on a CPU)."""
 import numpy as np
 
-from ..kernels.blas import sgd_update_cpu
 from ..kernels.scale_channels import backward_implicit_cpu
-from .base import Layer
+from .base import Layer, sgd_update_weights
 
 
 class ImplicitLayer(Layer):
@@ -52,10 +51,7 @@ class ImplicitLayer(Layer):
         layer with l.train = 0: quirks.implicit_not_updated)"""
         if self.quirks.implicit_not_updated:
             return
-        f32 = np.float32
-        rate = f32(f32(a.learning_rate) * f32(self.learning_rate_scale))
-        sgd_update_cpu(self.nweights, f32(rate / f32(a.batch)), f32(-f32(a.decay) * f32(a.batch)),
-                       a.momentum, self.weights, self.weight_updates)
+        sgd_update_weights(self, a)
 
     def weight_records(self):
         return [("weights", self.weights)]

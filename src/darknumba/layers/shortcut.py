@@ -11,11 +11,11 @@ import numpy as np
 
 from ..errors import CfgError
 from ..kernels.activations import ACTIVATIONS
-from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu, shortcut_cpu, shortcut_same_cpu
+from ..kernels.blas import axpy_cpu, copy_cpu, shortcut_cpu, shortcut_same_cpu
 from ..kernels.blas_ab import (NO_NORMALIZATION, RELU_NORMALIZATION, SOFTMAX_NORMALIZATION,
                                backward_shortcut_input_cpu, normalized_weights, shortcut_input_cpu,
                                shortcut_weight_updates_cpu)
-from .base import Layer
+from .base import Layer, sgd_update_weights
 from .activate import SHORTCUT_EXCLUDED, activate_output, get_activation, gradient_output
 
 WEIGHTS_TYPES = {"none": 0, "per_feature": 1, "per_layer": 1, "per_channel": 2}
@@ -180,10 +180,7 @@ class ShortcutLayer(Layer):
         """update_shortcut_layer: SGD with momentum and decay, also under adam=1."""
         if not self.nweights:
             return
-        f32 = np.float32
-        rate = f32(f32(a.learning_rate) * f32(self.learning_rate_scale))
-        sgd_update_cpu(self.nweights, f32(rate / f32(a.batch)), f32(-f32(a.decay) * f32(a.batch)),
-                       a.momentum, self.weights, self.weight_updates)
+        sgd_update_weights(self, a)
 
     def weight_records(self):
         return [("weights", self.weights)] if self.nweights else []
