@@ -129,6 +129,29 @@ def _place_image(im, w, h, dx, dy, canvas):
                 canvas[k, cy, cx] = v
 
 
+@njit(cache=True, inline="always")
+def hsv_to_rgb(hue, s, v):
+    """Darknet's hsv_to_rgb (also AlexeyAB's OpenCV conversion): hue in [0, 1); with s = 0
+    every sector gives (v, v, v)."""
+    h6 = hue * 6
+    sector = int(np.floor(h6))
+    f = h6 - sector
+    p = v * (1 - s)
+    q = v * (1 - s * f)
+    t = v * (1 - s * (1 - f))
+    if sector == 0:
+        return v, t, p
+    if sector == 1:
+        return q, v, p
+    if sector == 2:
+        return p, v, t
+    if sector == 3:
+        return p, q, v
+    if sector == 4:
+        return t, p, v
+    return v, p, q
+
+
 @njit(cache=True, nogil=True)
 def _distort_image(im, dhue, dsat, dexp):
     """distort_image: rgb_to_hsv, scale s and v, shift h (wrapping), hsv_to_rgb, clip to [0,1]."""
@@ -163,28 +186,7 @@ def _distort_image(im, dhue, dsat, dexp):
                 hue -= 1
             if hue < 0:
                 hue += 1
-            # hsv_to_rgb
-            if s == 0:
-                r = g = b = v
-            else:
-                hh6 = hue * 6
-                index = int(np.floor(hh6))
-                f = hh6 - index
-                p = v * (1 - s)
-                q = v * (1 - s * f)
-                t = v * (1 - s * (1 - f))
-                if index == 0:
-                    r, g, b = v, t, p
-                elif index == 1:
-                    r, g, b = q, v, p
-                elif index == 2:
-                    r, g, b = p, v, t
-                elif index == 3:
-                    r, g, b = p, q, v
-                elif index == 4:
-                    r, g, b = t, p, v
-                else:
-                    r, g, b = v, p, q
+            r, g, b = hsv_to_rgb(hue, s, v)
             im[0, j, i] = min(max(r, 0.0), 1.0)
             im[1, j, i] = min(max(g, 0.0), 1.0)
             im[2, j, i] = min(max(b, 0.0), 1.0)

@@ -21,6 +21,7 @@ import numpy as np
 from numba import njit
 
 from ..errors import DarknumbaError
+from .augment import hsv_to_rgb, rand_scale
 
 TRUTH_SIZE = 6          # x, y, w, h, class, track id
 
@@ -83,13 +84,6 @@ class Crop:
     swidth: int
     sheight: int
     flip: bool = False
-
-
-def rand_scale(rng, s):
-    """rand_scale: a factor in [1, s], inverted half the time."""
-    lo, hi = (1.0, s) if s >= 1 else (s, 1.0)
-    f = rng.uniform(lo, hi)
-    return f if rng.integers(2) else 1.0 / f
 
 
 def _between(lo, hi, r):
@@ -268,24 +262,7 @@ def _distort_hsv_ab(im, dhue, dsat, dexp):
             hue = min(max(hue + dhue, np.float32(0.0)), hue_max)
             if hue >= 1:
                 hue -= 1
-            h6 = hue * 6
-            sector = int(np.floor(h6))
-            f = h6 - sector
-            p = v * (1 - s)
-            q = v * (1 - s * f)
-            t = v * (1 - s * (1 - f))
-            if sector == 0:
-                r, g, b = v, t, p
-            elif sector == 1:
-                r, g, b = q, v, p
-            elif sector == 2:
-                r, g, b = p, v, t
-            elif sector == 3:
-                r, g, b = p, q, v
-            elif sector == 4:
-                r, g, b = t, p, v
-            else:
-                r, g, b = v, p, q
+            r, g, b = hsv_to_rgb(hue, s, v)
             im[0, j, i], im[1, j, i], im[2, j, i] = r, g, b
 
 
