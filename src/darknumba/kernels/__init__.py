@@ -1,2 +1,5 @@
-"""@njit kernels only. Each takes C-contiguous float32 buffers the caller owns, writes in place,
-and allocates nothing. Names and argument order follow Darknet's C (`blas.c`, `im2col.c`, ...)."""
+"""@njit kernels, and beside a kernel with many optional arrays a thin keyword wrapper that
+names them. Each takes C-contiguous float32 buffers the caller owns and writes in place;
+a kernel's only allocations are small per-call scratch (e.g. a row strip per parallel task),
+never a buffer the size of a layer. Names and argument order follow Darknet's C (`blas.c`,
+`im2col.c`, ...)."""

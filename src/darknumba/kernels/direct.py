@@ -258,3 +258,20 @@ def flip_weights(weights, n, c, size, flipped):
                 for kx in range(size):
                     flipped[((ic * n + oc) * size + size - 1 - ky) * size + size - 1 - kx] = \
                         weights[((oc * c + ic) * size + ky) * size + kx]
+
+
+_NONE = np.empty(0, np.float32)
+
+
+def conv3x3_direct(x, batch, c, h, w, weights, n, pad, out, *, accumulate=False, bn_mean=None,
+                   bn_divisor=None, scales=None, biases=None, act=0, stats_mean=None,
+                   stats_variance=None):
+    """conv3x3_direct_cpu with its optional parts named: `biases` (with `bn_mean`,
+    `bn_divisor`, `scales` for test-mode batch norm) and `act` switch on the fused epilogue;
+    `stats_mean` / `stats_variance` receive the training batch statistics of the raw sums;
+    what is not given is off (the kernel reads an empty array as "off")."""
+    def arr(a):
+        return _NONE if a is None else a
+    conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, arr(bn_mean),
+                       arr(bn_divisor), arr(scales), arr(biases), act, arr(stats_mean),
+                       arr(stats_variance))

@@ -20,7 +20,7 @@ from ..kernels.blas import (
     variance_cpu,
 )
 from ..kernels.direct import (
-    conv3x3_direct_cpu,
+    conv3x3_direct,
     conv3x3_direct_weight_grad_cpu,
     flip_weights,
 )
@@ -51,8 +51,6 @@ BATCH_COLUMNS = 1 << 24
 # wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
 # training) and loses from K = 288 on, where BLAS runs near its peak
 DIRECT_MAX_K = 160
-_EMPTY = np.empty(0, np.float32)     # the direct kernel's arrays for what is not wanted
-_NO_EPILOGUE = (_EMPTY, _EMPTY, _EMPTY, _EMPTY, 0, _EMPTY, _EMPTY)
 
 # maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
 # nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
@@ -315,21 +313,21 @@ class ConvolutionalLayer(Layer):
         """Thin 3x3 convolution with the next sweep fused into its rows: the biases or the
         test-mode batch norm and the activation, or in train mode the batch statistics (not
         under compat="darknet-cpu", which keeps Darknet's two-pass float32 variance)."""
-        e = _EMPTY
         args = (net.input, self.batch, self.c, self.h, self.w, self.weights, self.n, self.pad,
-                self.output, False)
+                self.output)
         act = epilogue_activation(self, net.train)
         if not self.batch_normalize:
-            conv3x3_direct_cpu(*args, e, e, e, self.biases, act, e, e)
+            conv3x3_direct(*args, biases=self.biases, act=act)
             activate_output(self, net.train, act)
         elif not net.train:
-            conv3x3_direct_cpu(*args, self.rolling_mean, bn_divisor(self, self.rolling_variance),
-                               self.scales, self.biases, act, e, e)
+            conv3x3_direct(*args, bn_mean=self.rolling_mean,
+                           bn_divisor=bn_divisor(self, self.rolling_variance), scales=self.scales,
+                           biases=self.biases, act=act)
             activate_output(self, net.train, act)
         else:
             stats = one_sweep_batch_stats(self)
-            conv3x3_direct_cpu(*args, e, e, e, e, 0, self.mean if stats else e,
-                               self.variance if stats else e)
+            conv3x3_direct(*args, stats_mean=self.mean if stats else None,
+                           stats_variance=self.variance if stats else None)
             forward_batchnorm(self, net, stats_done=stats)
 
     def _forward_gemms_per_image(self, net, m, k, n, cg):
@@ -408,8 +406,8 @@ class ConvolutionalLayer(Layer):
             return
         flipped = scratch_of(net)("conv_flipped", self.nweights)
         flip_weights(self.weights, self.n, self.c, self.size, flipped)
-        conv3x3_direct_cpu(self.delta, self.batch, self.n, self.out_h, self.out_w, flipped,
-                           self.c, 2 - self.pad, net.delta, True, *_NO_EPILOGUE)
+        conv3x3_direct(self.delta, self.batch, self.n, self.out_h, self.out_w, flipped, self.c,
+                       2 - self.pad, net.delta, accumulate=True)
 
     def _backward_gemms_batched(self, net, m, k, n):
         """The weight and input gradients of up to `bc` images in one GEMM each: the images'
