@@ -44,9 +44,8 @@ def main():
     args = ap.parse_args()
 
     t0 = time.perf_counter()
+    import darknumba as dn  # isort: skip  (first: it sets the thread policies numpy's BLAS reads)
     import numpy as np
-
-    import darknumba as dn  # first: it sets the thread policies numpy's BLAS reads
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None
     net = dn.load_network(args.cfg, weights, batch=args.batch)
