@@ -30,9 +30,9 @@ import numpy as np
 
 from ..dialect import DEFAULT_QUIRKS
 from ..errors import CfgError
-from ..kernels.blas import axpy_cpu, copy_cpu, sgd_update_cpu
+from ..kernels.blas import adam_update_cpu, axpy_cpu, copy_cpu, sgd_update_cpu
 from ..kernels.fused import batchnorm_x_norm, bn_divisors
-from .memory import SizeError, buffer, reserve
+from .memory import SizeError, buffer, full, reserve, zeros
 
 
 @dataclass
@@ -208,3 +208,48 @@ def pass_delta(net, delta, n, overwrite=False):
         copy_cpu(n, delta, net.delta)
     else:
         axpy_cpu(n, 1.0, delta, net.delta)
+
+
+def alloc_params(l, nweights, n):
+    """A layer's parameters as Darknet's make_*_layer allocates them: weights and n biases
+    with their gradients, and with l.batch_normalize the batch-norm arrays."""
+    l.nweights, l.nbiases = nweights, n
+    l.weights, l.weight_updates = zeros(nweights, "weights"), zeros(nweights, "weight updates")
+    l.biases, l.bias_updates = zeros(n, "biases"), zeros(n, "bias updates")
+    if l.batch_normalize:
+        alloc_batchnorm(l, n)
+
+
+def alloc_batchnorm(l, n):
+    """Batch-norm scales (1) and their gradients, batch and rolling statistics, for n channels."""
+    l.scales, l.scale_updates = full(n, 1.0), zeros(n)
+    for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
+                 "rolling_variance", "divisor"):
+        setattr(l, name, zeros(n))
+
+
+def update_params(l, a):
+    """update_convolutional_layer / update_connected_layer: SGD with momentum on biases, BN
+    scales and weights (decay on the weights only), dividing the rate by the full cfg batch.
+    With adam=1, Darknet's Adam (its GPU path) on all three, decay included;
+    quirks.adam_ignored ignores adam=1 as Darknet's CPU build does."""
+    f32 = np.float32
+    rate = f32(f32(a.learning_rate) * f32(l.learning_rate_scale))
+    scales = l.scales if l.batch_normalize else None
+    if a.adam and not l.quirks.adam_ignored:
+        if getattr(l, "m", None) is None:
+            l.m, l.v = zeros(l.nweights), zeros(l.nweights)
+            l.bias_m, l.bias_v = zeros(l.nbiases), zeros(l.nbiases)
+            l.scale_m, l.scale_v = zeros(l.nbiases), zeros(l.nbiases)
+        args = (a.B1, a.B2, a.eps, a.decay, rate, a.batch, a.t)
+        adam_update_cpu(l.nweights, l.weights, l.weight_updates, l.m, l.v, *args)
+        adam_update_cpu(l.nbiases, l.biases, l.bias_updates, l.bias_m, l.bias_v, *args)
+        if scales is not None:
+            adam_update_cpu(l.nbiases, scales, l.scale_updates, l.scale_m, l.scale_v, *args)
+        return
+    step = f32(rate / f32(a.batch))
+    sgd_update_cpu(l.nbiases, step, 0.0, a.momentum, l.biases, l.bias_updates)
+    if scales is not None:
+        sgd_update_cpu(l.nbiases, step, 0.0, a.momentum, scales, l.scale_updates)
+    decay = f32(-f32(a.decay) * f32(a.batch))
+    sgd_update_cpu(l.nweights, step, decay, a.momentum, l.weights, l.weight_updates)

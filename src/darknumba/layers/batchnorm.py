@@ -1,4 +1,6 @@
-"""[batchnorm] (Darknet's `batchnorm_layer.c`): batch normalisation on its own, no activation.
+"""Batch normalisation (Darknet's `batchnorm_layer.c`): forward_batchnorm / backward_batchnorm
+as the convolutional, connected and deconvolutional layers apply them to their outputs, and the
+[batchnorm] layer: batch normalisation on its own, no activation.
 
 Quirks of the C code, noted: on the CPU make_batchnorm_layer never allocates x / x_norm, so a
 training forward crashes there; it has no update function, so scales and biases never learn;
@@ -9,11 +11,91 @@ with momentum, no decay) and add the delta; compat="darknet-cpu" copies it and s
 import numpy as np
 
 from ..kernels.activations import ACTIVATIONS
-from ..kernels.blas import copy_cpu, sgd_update_cpu
-from .base import DEFAULT_QUIRKS, Layer, pass_delta, require_image_input
+from ..kernels.blas import axpy_cpu, copy_cpu, mean_cpu, scal_cpu, sgd_update_cpu, variance_cpu
+from ..kernels.fused import (batchnorm_backward, batchnorm_backward_delta, batchnorm_backward_sums,
+                             batchnorm_bias_activate, batchnorm_train_epilogue, bn_divisors,
+                             mean_variance_cpu)
+from .activate import activate_output, epilogue_activation
+from .base import DEFAULT_QUIRKS, Layer, alloc_batchnorm, pass_delta, require_image_input
 from .memory import zeros
-from .convolutional import alloc_batchnorm, backward_batchnorm, forward_batchnorm
 
+
+
+def one_sweep_batch_stats(l) -> bool:
+    """Batch mean and variance in one float64 sweep (or in the direct convolution's rows);
+    quirks.two_pass_bn_stats keeps Darknet's two passes, whose variance subtracts the float32
+    mean in float32."""
+    return not l.quirks.two_pass_bn_stats
+
+
+def forward_batchnorm(l, net, stats_done=False):
+    """forward_batchnorm_layer for conv/connected outputs already in l.output (then activation).
+
+    Train mode: batch mean and *unbiased* variance (already in l.mean / l.variance when
+    stats_done), rolling stats updated during the forward pass (pjreddie 0.99/0.01,
+    AlexeyAB 0.9/0.1: quirks.bn_rolling_momentum), x kept for backward. Test mode: rolling
+    statistics. The normaliser is the dialect's (see kernels.fused.bn_divisors)."""
+    n, spatial = l.out_c, l.out_h * l.out_w
+    act = epilogue_activation(l, net.train)
+    if net.train:
+        if stats_done:
+            pass
+        elif one_sweep_batch_stats(l):
+            mean_variance_cpu(l.output, l.batch, n, spatial, l.mean, l.variance)
+        else:
+            mean_cpu(l.output, l.batch, n, spatial, l.mean)
+            variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
+        if l.bn_sync is not None:       # the mini-batch is split across processes
+            l.bn_sync.batch_stats(l.output, l.batch, n, spatial, l.mean, l.variance)
+        update_rolling_stats(l, l.mean, l.variance)
+        # copy x, normalize, scale, add bias, activate: one sweep (x_norm is recomputed)
+        batchnorm_train_epilogue(l.output, l.x, l.mean, bn_divisor(l, l.variance), l.scales,
+                                 l.biases, l.batch, n, spatial, act)
+    else:
+        batchnorm_bias_activate(l.output, l.rolling_mean, bn_divisor(l, l.rolling_variance),
+                                l.scales, l.biases, l.batch, n, spatial, act)
+    activate_output(l, net.train, act)
+
+
+def update_rolling_stats(l, mean, variance):
+    """The rolling statistics' step towards a batch's mean and variance (in forward_batchnorm;
+    data-parallel training replays it for the mini-batches other processes ran)."""
+    n = l.out_c
+    keep = l.quirks.bn_rolling_momentum
+    scal_cpu(n, keep, l.rolling_mean)
+    axpy_cpu(n, 1.0 - keep, mean, l.rolling_mean)
+    scal_cpu(n, keep, l.rolling_variance)
+    axpy_cpu(n, 1.0 - keep, variance, l.rolling_variance)
+
+
+def bn_divisor(l, variance):
+    """The dialect's batch-norm normaliser per channel for `variance`, in l.divisor."""
+    bn_divisors(variance, l.quirks.bn_epsilon_inside_sqrt, l.divisor)
+    return l.divisor
+
+
+def backward_batchnorm(l, net):
+    """backward_batchnorm_layer on l.delta (already multiplied by act'): bias and scale
+    gradients from the incoming delta, then delta <- d/d(pre-normalisation x), through the
+    batch mean and variance (train mode) or the rolling statistics (test mode)."""
+    n, spatial = l.out_c, l.out_h * l.out_w
+    mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
+    kept = l.bias_updates.copy() if l.quirks.bn_bias_not_updated else None
+    if l.bn_sync is not None and net.train:
+        # the mini-batch is split across processes: its sums are added up over all of them
+        sums = l.bn_sync.sums_buffer(n)
+        batchnorm_backward_sums(l.delta, l.x, mean, l.batch, n, spatial, l.bias_updates,
+                                l.scale_updates, l.mean, bn_divisor(l, l.variance), sums)
+        l.bn_sync.add_up(sums)
+        batchnorm_backward_delta(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
+                                 sums, l.bn_sync.ranks * l.batch * spatial, l.mean_delta,
+                                 l.variance_delta, l.quirks.bn_delta_eps_outside_sqrt)
+    else:
+        batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
+                           l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta,
+                           l.mean, bn_divisor(l, l.variance), l.quirks.bn_delta_eps_outside_sqrt)
+    if kept is not None:
+        l.bias_updates[:] = kept
 
 class BatchnormLayer(Layer):
     type = "batchnorm"

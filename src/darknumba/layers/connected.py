@@ -6,15 +6,10 @@ from ..kernels.activations import ACTIVATIONS, gradient_array
 from ..kernels.blas import backward_bias
 from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
-from .base import DEFAULT_QUIRKS, Layer
 from .activate import get_activation
+from .base import DEFAULT_QUIRKS, Layer, alloc_params, update_params
+from .batchnorm import backward_batchnorm, forward_batchnorm
 from .memory import zeros
-from .convolutional import (
-    alloc_params,
-    backward_batchnorm,
-    forward_batchnorm,
-    update_params,
-)
 
 
 class ConnectedLayer(Layer):

@@ -11,13 +11,7 @@ import numpy as np
 
 from ..kernels.activations import ACTIVATIONS
 from ..kernels.blas import (
-    adam_update_cpu,
-    axpy_cpu,
     backward_bias,
-    mean_cpu,
-    scal_cpu,
-    sgd_update_cpu,
-    variance_cpu,
 )
 from ..kernels.direct import (
     conv3x3_direct,
@@ -25,22 +19,16 @@ from ..kernels.direct import (
     flip_weights,
 )
 from ..kernels.fused import (
-    batchnorm_backward,
-    batchnorm_backward_delta,
-    batchnorm_backward_sums,
-    batchnorm_bias_activate,
-    batchnorm_train_epilogue,
-    bn_divisors,
     bias_activate,
-    mean_variance_cpu,
 )
 from ..kernels.gemm import add_transposed, gemm
 from ..kernels.im2col import col2im_batch_cpu, im2col_batch_cpu
 from .antialias import Antialiased
-from .base import DEFAULT_QUIRKS, Layer, require_image_input, scratch_of
+from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scratch_of, update_params
+from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
-from .memory import full, zeros
+from .memory import zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
@@ -60,101 +48,6 @@ DIRECT_MAX_K = 160
 BATCH_GEMM_MAX_N = 2048
 
 
-def one_sweep_batch_stats(l) -> bool:
-    """Batch mean and variance in one float64 sweep (or in the direct convolution's rows);
-    quirks.two_pass_bn_stats keeps Darknet's two passes, whose variance subtracts the float32
-    mean in float32."""
-    return not l.quirks.two_pass_bn_stats
-
-
-def forward_batchnorm(l, net, stats_done=False):
-    """forward_batchnorm_layer for conv/connected outputs already in l.output (then activation).
-
-    Train mode: batch mean and *unbiased* variance (already in l.mean / l.variance when
-    stats_done), rolling stats updated during the forward pass (pjreddie 0.99/0.01,
-    AlexeyAB 0.9/0.1: quirks.bn_rolling_momentum), x kept for backward. Test mode: rolling
-    statistics. The normaliser is the dialect's (see kernels.fused.bn_divisors)."""
-    n, spatial = l.out_c, l.out_h * l.out_w
-    act = epilogue_activation(l, net.train)
-    if net.train:
-        if stats_done:
-            pass
-        elif one_sweep_batch_stats(l):
-            mean_variance_cpu(l.output, l.batch, n, spatial, l.mean, l.variance)
-        else:
-            mean_cpu(l.output, l.batch, n, spatial, l.mean)
-            variance_cpu(l.output, l.mean, l.batch, n, spatial, l.variance)
-        if l.bn_sync is not None:       # the mini-batch is split across processes
-            l.bn_sync.batch_stats(l.output, l.batch, n, spatial, l.mean, l.variance)
-        update_rolling_stats(l, l.mean, l.variance)
-        # copy x, normalize, scale, add bias, activate: one sweep (x_norm is recomputed)
-        batchnorm_train_epilogue(l.output, l.x, l.mean, bn_divisor(l, l.variance), l.scales,
-                                 l.biases, l.batch, n, spatial, act)
-    else:
-        batchnorm_bias_activate(l.output, l.rolling_mean, bn_divisor(l, l.rolling_variance),
-                                l.scales, l.biases, l.batch, n, spatial, act)
-    activate_output(l, net.train, act)
-
-
-def update_rolling_stats(l, mean, variance):
-    """The rolling statistics' step towards a batch's mean and variance (in forward_batchnorm;
-    data-parallel training replays it for the mini-batches other processes ran)."""
-    n = l.out_c
-    keep = l.quirks.bn_rolling_momentum
-    scal_cpu(n, keep, l.rolling_mean)
-    axpy_cpu(n, 1.0 - keep, mean, l.rolling_mean)
-    scal_cpu(n, keep, l.rolling_variance)
-    axpy_cpu(n, 1.0 - keep, variance, l.rolling_variance)
-
-
-def bn_divisor(l, variance):
-    """The dialect's batch-norm normaliser per channel for `variance`, in l.divisor."""
-    bn_divisors(variance, l.quirks.bn_epsilon_inside_sqrt, l.divisor)
-    return l.divisor
-
-
-def backward_batchnorm(l, net):
-    """backward_batchnorm_layer on l.delta (already multiplied by act'): bias and scale
-    gradients from the incoming delta, then delta <- d/d(pre-normalisation x), through the
-    batch mean and variance (train mode) or the rolling statistics (test mode)."""
-    n, spatial = l.out_c, l.out_h * l.out_w
-    mean, variance = (l.mean, l.variance) if net.train else (l.rolling_mean, l.rolling_variance)
-    kept = l.bias_updates.copy() if l.quirks.bn_bias_not_updated else None
-    if l.bn_sync is not None and net.train:
-        # the mini-batch is split across processes: its sums are added up over all of them
-        sums = l.bn_sync.sums_buffer(n)
-        batchnorm_backward_sums(l.delta, l.x, mean, l.batch, n, spatial, l.bias_updates,
-                                l.scale_updates, l.mean, bn_divisor(l, l.variance), sums)
-        l.bn_sync.add_up(sums)
-        batchnorm_backward_delta(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
-                                 sums, l.bn_sync.ranks * l.batch * spatial, l.mean_delta,
-                                 l.variance_delta, l.quirks.bn_delta_eps_outside_sqrt)
-    else:
-        batchnorm_backward(l.delta, l.x, mean, variance, l.scales, l.batch, n, spatial,
-                           l.bias_updates, l.scale_updates, l.mean_delta, l.variance_delta,
-                           l.mean, bn_divisor(l, l.variance), l.quirks.bn_delta_eps_outside_sqrt)
-    if kept is not None:
-        l.bias_updates[:] = kept
-
-
-def alloc_params(l, nweights, n):
-    """A layer's parameters as Darknet's make_*_layer allocates them: weights and n biases
-    with their gradients, and with l.batch_normalize the batch-norm arrays."""
-    l.nweights, l.nbiases = nweights, n
-    l.weights, l.weight_updates = zeros(nweights, "weights"), zeros(nweights, "weight updates")
-    l.biases, l.bias_updates = zeros(n, "biases"), zeros(n, "bias updates")
-    if l.batch_normalize:
-        alloc_batchnorm(l, n)
-
-
-def alloc_batchnorm(l, n):
-    """Batch-norm scales (1) and their gradients, batch and rolling statistics, for n channels."""
-    l.scales, l.scale_updates = full(n, 1.0), zeros(n)
-    for name in ("mean", "variance", "mean_delta", "variance_delta", "rolling_mean",
-                 "rolling_variance", "divisor"):
-        setattr(l, name, zeros(n))
-
-
 def conv_weight_records(l):
     """A convolution's .weights records: biases, [scales, rolling_mean, rolling_variance],
     weights (load/save_convolutional_weights)."""
@@ -163,33 +56,6 @@ def conv_weight_records(l):
         recs += [("scales", l.scales), ("rolling_mean", l.rolling_mean),
                  ("rolling_variance", l.rolling_variance)]
     return recs + [("weights", l.weights)]
-
-
-def update_params(l, a):
-    """update_convolutional_layer / update_connected_layer: SGD with momentum on biases, BN
-    scales and weights (decay on the weights only), dividing the rate by the full cfg batch.
-    With adam=1, Darknet's Adam (its GPU path) on all three, decay included;
-    quirks.adam_ignored ignores adam=1 as Darknet's CPU build does."""
-    f32 = np.float32
-    rate = f32(f32(a.learning_rate) * f32(l.learning_rate_scale))
-    scales = l.scales if l.batch_normalize else None
-    if a.adam and not l.quirks.adam_ignored:
-        if getattr(l, "m", None) is None:
-            l.m, l.v = zeros(l.nweights), zeros(l.nweights)
-            l.bias_m, l.bias_v = zeros(l.nbiases), zeros(l.nbiases)
-            l.scale_m, l.scale_v = zeros(l.nbiases), zeros(l.nbiases)
-        args = (a.B1, a.B2, a.eps, a.decay, rate, a.batch, a.t)
-        adam_update_cpu(l.nweights, l.weights, l.weight_updates, l.m, l.v, *args)
-        adam_update_cpu(l.nbiases, l.biases, l.bias_updates, l.bias_m, l.bias_v, *args)
-        if scales is not None:
-            adam_update_cpu(l.nbiases, scales, l.scale_updates, l.scale_m, l.scale_v, *args)
-        return
-    step = f32(rate / f32(a.batch))
-    sgd_update_cpu(l.nbiases, step, 0.0, a.momentum, l.biases, l.bias_updates)
-    if scales is not None:
-        sgd_update_cpu(l.nbiases, step, 0.0, a.momentum, scales, l.scale_updates)
-    decay = f32(-f32(a.decay) * f32(a.batch))
-    sgd_update_cpu(l.nweights, step, decay, a.momentum, l.weights, l.weight_updates)
 
 
 class ConvolutionalLayer(Layer):

@@ -13,8 +13,10 @@ from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from .base import DEFAULT_QUIRKS, Layer, require_image_input
 from .memory import zeros
-from .convolutional import (alloc_params, backward_batchnorm, conv_weight_records, forward_batchnorm,
-                            get_activation, update_params)
+from .activate import get_activation
+from .base import alloc_params, update_params
+from .batchnorm import backward_batchnorm, forward_batchnorm
+from .convolutional import conv_weight_records
 
 
 class DeconvolutionalLayer(Layer):

@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import DarknumbaError
 from ..kernels.fused import (batchnorm_backward_delta, batchnorm_backward_sums,
                              channel_moments_cpu)
-from ..layers.convolutional import update_rolling_stats
+from ..layers.batchnorm import update_rolling_stats
 from ..parser import parse_network_cfg
 from .distributed import (DEFAULT_TIMEOUT, STARTUP_TIMEOUT, Communicator, SingleProcess, agreed,
                           communicator, stop_all_on_error)
