@@ -15,6 +15,13 @@ from .yolo import box_iou, truth_cell, truth_class
 MAX_TRUTHS = 30
 
 
+
+# the slots of the `stats` array the loss kernels add into (float64, 7 values): sums of the
+# best IoUs, of recalls at .5, of the truth class's probability, of the objectness at truths
+# and everywhere, the truth count and the class-delta count
+S_IOU, S_RECALL, S_CLASS, S_OBJ, S_ANYOBJ, S_COUNT, S_CLASS_COUNT = range(7)
+N_STATS = 7
+
 @njit(cache=True)
 def _logistic(v):
     return np.float32(1.0 / (1.0 + math.exp(-np.float64(v))))
@@ -117,7 +124,7 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
                         if iou > best_iou:
                             best_iou = iou
                     obj_index = box_index + coords * wh
-                    stats[4] += output[obj_index]
+                    stats[S_ANYOBJ] += output[obj_index]
                     delta[obj_index] = np.float32(noobject_scale * (0.0 - output[obj_index]))
                     if background:
                         delta[obj_index] = np.float32(noobject_scale * (1.0 - output[obj_index]))
@@ -156,10 +163,10 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
                     delta[mask_index + k * wh] = np.float32(
                         mask_scale * (truth[o + 5 + k] - output[mask_index + k * wh]))
             if iou > 0.5:
-                stats[1] += 1
-            stats[0] += iou
+                stats[S_RECALL] += 1
+            stats[S_IOU] += iou
             obj_index = box_index + coords * wh
-            stats[3] += output[obj_index]
+            stats[S_OBJ] += output[obj_index]
             delta[obj_index] = np.float32(object_scale * (1.0 - output[obj_index]))
             if rescore:
                 delta[obj_index] = np.float32(object_scale * (iou - output[obj_index]))
@@ -167,9 +174,9 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
                 delta[obj_index] = np.float32(object_scale * (0.0 - output[obj_index]))
             cls = _mapped_class(truth[o + coords], class_map, classes)
             class_index = box_index + (coords + 1) * wh
-            stats[6] += 1
+            stats[S_CLASS_COUNT] += 1
             if cls >= 0 and has_tree:       # (cls < 0: no class of the layer, no class delta)
-                stats[2] += delta_region_class_tree(output, delta, class_index, cls, parent, group,
+                stats[S_CLASS] += delta_region_class_tree(output, delta, class_index, cls, parent, group,
                                                     group_offset, group_size, class_scale, stride)
             elif cls >= 0 and tag and delta[class_index] != 0:
                 delta[class_index + stride * cls] = np.float32(
@@ -180,8 +187,8 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
                     delta[class_index + stride * c] = np.float32(
                         class_scale * (target - output[class_index + stride * c]))
                     if c == cls:
-                        stats[2] += output[class_index + stride * c]
-            stats[5] += 1
+                        stats[S_CLASS] += output[class_index + stride * c]
+            stats[S_COUNT] += 1
 
 
 @njit(cache=True)
@@ -316,11 +323,11 @@ def region_tree_class_only(output, truth, batch, n, lw, lh, coords, classes, tru
                         maxi = k
                 a, loc = maxi // wh, maxi % wh
                 base = (b * n + a) * entries * wh + loc
-                stats[2] += delta_region_class_tree(output, delta, base + (coords + 1) * wh, cls,
+                stats[S_CLASS] += delta_region_class_tree(output, delta, base + (coords + 1) * wh, cls,
                                                     parent, group, group_offset, group_size,
                                                     class_scale, wh)
                 delta[base + coords * wh] = 0.0
-                stats[6] += 1
+                stats[S_CLASS_COUNT] += 1
                 done[b] = 1
                 break
             t += 1

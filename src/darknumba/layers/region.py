@@ -21,7 +21,8 @@ import numpy as np
 from ..detections import Detections, letterbox_size
 from ..kernels.blas import axpy_cpu, copy_cpu
 from ..kernels.box import correct_yolo_boxes_cpu
-from ..kernels.region import (MAX_TRUTHS, activate_region_output, get_region_detections_cpu,
+from ..kernels.region import (MAX_TRUTHS, N_STATS, S_ANYOBJ, S_CLASS, S_CLASS_COUNT, S_COUNT,
+                              S_IOU, S_OBJ, S_RECALL, activate_region_output, get_region_detections_cpu,
                               get_region_detections_tree_cpu, region_deltas, region_gradient,
                               region_tree_class_only, softmax_tree_cpu)
 from ..kernels.softmax import softmax_cpu
@@ -123,25 +124,31 @@ class RegionLayer(Layer):
         if not net.train or net.truth is None:
             return
         self.check_truth(net)
-        stats = np.zeros(7, dtype=np.float64)
+        stats = np.zeros(N_STATS, dtype=np.float64)
         skip = np.zeros(self.batch, dtype=np.int64)
         t = self.tree
-        tree_args = (t.parent, t.group, t.group_offset, t.group_size) if t is not None else \
-            (_NO_INTS, _NO_INTS, _NO_INTS, _NO_INTS)
+        tree = dict(parent=t.parent, group=t.group, group_offset=t.group_offset,
+                    group_size=t.group_size) if t is not None else \
+            dict(parent=_NO_INTS, group=_NO_INTS, group_offset=_NO_INTS, group_size=_NO_INTS)
         if t is not None:
             region_tree_class_only(self.output, net.truth, self.batch, self.n, self.w, self.h,
                                    self.coords, self.classes, self.truths, self.map,
-                                   self.noobject_scale, self.class_scale, *tree_args, self.delta,
-                                   stats, skip)
+                                   self.noobject_scale, self.class_scale, **tree,
+                                   delta=self.delta, stats=stats, done=skip)
         region_deltas(self.output, net.truth, self.biases, self.batch, self.n, self.w, self.h,
-                      self.coords, self.classes, self.truths, self.thresh, net.seen < 12800,
-                      self.coord_scale, self.object_scale, self.noobject_scale, self.class_scale,
-                      self.mask_scale, bool(self.bias_match), bool(self.rescore),
-                      bool(self.background), not self.softmax, self.map, t is not None,
-                      *tree_args, skip, self.delta, stats)
+                      self.coords, self.classes, self.truths, thresh=self.thresh,
+                      prior=net.seen < 12800, coord_scale=self.coord_scale,
+                      object_scale=self.object_scale, noobject_scale=self.noobject_scale,
+                      class_scale=self.class_scale, mask_scale=self.mask_scale,
+                      bias_match=bool(self.bias_match), rescore=bool(self.rescore),
+                      background=bool(self.background), tag=not self.softmax,
+                      class_map=self.map, has_tree=t is not None, **tree, skip=skip,
+                      delta=self.delta, stats=stats)
         self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
-        iou, recall, cat, obj, anyobj, count, class_count = stats
+        count, class_count = stats[S_COUNT], stats[S_CLASS_COUNT]
         per = (lambda v: v / count) if count else (lambda v: math.nan)
+        iou, recall, cat, obj, anyobj = (stats[S_IOU], stats[S_RECALL], stats[S_CLASS],
+                                         stats[S_OBJ], stats[S_ANYOBJ])
         self.stats = {"avg_iou": per(iou), "class": cat / class_count if class_count else math.nan,
                       "obj": per(obj),
                       "no_obj": anyobj / (wh * self.n * self.batch), "recall": per(recall),
