@@ -287,14 +287,8 @@ class Network:
         self.require_buffers("resize")
         self.w, self.h = w, h
         c = self.c
-        for l in self.layers:
-            if hasattr(l, "resize_from"):          # layers sized by earlier layers' outputs
-                l.resize_from(self.layers, w, h)
-            elif l.type in ("dropout",):
-                prev = self.layers[self.layers.index(l) - 1]
-                l.output, l.delta = prev.output, prev.delta
-            else:
-                l.resize(w, h)
+        for i, l in enumerate(self.layers):
+            l.resize_in(self.layers[:i], w, h)
             w, h = l.out_w, l.out_h
         self.inputs = self.w * self.h * c
         self.alloc_workspace()

@@ -163,6 +163,12 @@ class Layer:
     def resize(self, w: int, h: int):
         raise NotImplementedError(f"[{self.type}] layers cannot be resized")
 
+    def resize_in(self, layers, w: int, h: int):
+        """This layer's part of resize_network: `layers` are the network's layers before it
+        (already resized), w x h the new size of its input. Layers sized by earlier layers'
+        outputs (route, shortcut...) override it; the rest resize to their input."""
+        self.resize(w, h)
+
     # -- weights and reporting ------------------------------------------------------
     def weight_records(self) -> list[tuple[str, np.ndarray]]:
         """(name, array) pairs in .weights file order; empty for layers without parameters."""

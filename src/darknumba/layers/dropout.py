@@ -30,6 +30,11 @@ class DropoutLayer(Layer):
             raise s.error("probability", f"must be in [0, 1), found {p}")
         return cls(params.batch, params.inputs, p, params.net.layers[params.index - 1])
 
+    def resize_in(self, layers, w, h):
+        """Its output and delta stay the previous layer's (aliases, as in Darknet)."""
+        prev = layers[-1]
+        self.output, self.delta = prev.output, prev.delta
+
     def forward(self, net):
         if not net.train:
             return

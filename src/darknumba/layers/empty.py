@@ -24,7 +24,7 @@ class EmptyLayer(Layer):
             raise s.error(None, f"[{s.type}] cannot be the first layer")
         return cls(params.index, params.net.layers[params.index - 1])
 
-    def resize_from(self, layers, w, h):
+    def resize_in(self, layers, w, h):
         self._alias(layers[self.index - 1])
 
     def forward(self, net):

@@ -59,7 +59,7 @@ class RouteLayer(Layer):
         l.h, l.w, l.c = l.out_h, l.out_w, l.out_c
         return l
 
-    def resize_from(self, layers, w=None, h=None):
+    def resize_in(self, layers, w=None, h=None):
         """resize_route_layer: recompute sizes from the (already resized) input layers."""
         first = layers[self.input_layers[0]]
         self.out_w, self.out_h = first.out_w, first.out_h

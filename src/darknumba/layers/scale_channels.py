@@ -41,7 +41,7 @@ class SamLayer(Layer):
         act = get_activation(s, default="linear")
         return cls(params.batch, i, params.w, params.h, params.c, act, params.net.quirks)
 
-    def resize_from(self, layers, w, h):
+    def resize_in(self, layers, w, h):
         self._sized(w, h)
 
     def forward(self, net):
@@ -97,7 +97,7 @@ class ScaleChannelsLayer(SamLayer):
         return cls(params.batch, i, params.w, params.h, params.c, src.out_w, src.out_h,
                    src.out_c, scale_wh, act)
 
-    def resize_from(self, layers, w, h):
+    def resize_in(self, layers, w, h):
         src = layers[self.index]
         self._sized(src.out_w, src.out_h)
 

@@ -96,7 +96,7 @@ class ShortcutLayer(Layer):
         self.wn = np.ones(max(self.nweights, n + 1), np.float32)   # the normalised weights
         self.learning_rate_scale = 1.0
 
-    def resize_from(self, layers, w, h):
+    def resize_in(self, layers, w, h):
         src = layers[self.index]
         self.out_w, self.out_h = w, h
         self.outputs = self.inputs = w * h * self.out_c
