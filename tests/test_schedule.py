@@ -291,3 +291,9 @@ def test_alexeyab_net_keys_are_kept_with_its_defaults(tmp_path):
     assert (net.letter_box, net.ema_alpha, net.flip, net.blur, net.mosaic) == (1, 0.9998, 0, 1, 0)
     assert net.label_smooth_eps == pytest.approx(0.1) and net.gaussian_noise == 0
     assert net.eps == pytest.approx(1e-6)            # AlexeyAB's adam eps default
+
+
+def test_alexeyab_sgdr_with_steps_and_no_scales(tmp_path):
+    """AlexeyAB's parser reads sgdr's steps (for seq_scales) and takes each scale as 1."""
+    net = _ab_net(tmp_path, "policy=sgdr\nsteps=10,20\nmax_batches=100\nsgdr_cycle=10\n")
+    assert net.policy == "sgdr" and net.steps == [10, 20] and net.scales == [1.0, 1.0]

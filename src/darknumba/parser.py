@@ -79,7 +79,8 @@ def parse_net_options(s: Section, net: Network, batch: int | None):
         if net.policy == "steps" and (not s.has("steps") or not s.has("scales")):
             raise s.error(None, "policy=steps needs both steps= and scales=")
         net.steps = s.find_list("steps", int)
-        net.scales = s.find_list("scales", float)
+        # AlexeyAB's sgdr reads steps (for seq_scales) with scales optional: 1.0 each
+        net.scales = s.find_list("scales", float) if s.has("scales") else [1.0] * len(net.steps)
         if len(net.scales) < len(net.steps):
             raise s.error("scales", f"{len(net.steps)} steps need {len(net.steps)} scales, "
                                     f"found {len(net.scales)}")
