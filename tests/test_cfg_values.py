@@ -127,3 +127,16 @@ def test_values_in_range_still_build(tmp_path):
                 "[convolutional]\nfilters=18\npadding=0\n[yolo]\nclasses=1\nnum=3\nmask=0,1,2\n"
                 "anchors=1,2,3,4,5,6\nmax=0\n")
     assert net.learning_rate == 0 and net.layers[1].max_boxes == 0
+
+
+def test_loss_layers_must_read_the_same_truth(tmp_path):
+    """One truth buffer feeds every [yolo] layer: AlexeyAB's truth length follows max= (6
+    values per box), and different lengths would read past it."""
+    head = "[net]\nwidth=32\nheight=32\nchannels=3\n"
+    yolo = ("[convolutional]\nfilters=21\nsize=1\nactivation=linear\n"
+            "[yolo]\nmask=0,1,2\nanchors=4,5,8,9,14,12\nclasses=2\nnum=3\nmax={}\n")
+    p = tmp_path / "two.cfg"
+    p.write_text(head + yolo.format(90) + "[route]\nlayers=-2\n" + yolo.format(30))
+    with pytest.raises(dn.CfgError, match=r"two\.cfg:\d+: \[yolo\] max: layer 4 reads 180 truth "
+                                          r"values per image, layer 1 540"):
+        dn.parse_network_cfg(p, dialect="alexeyab")

@@ -157,10 +157,18 @@ class Network:
     def outputs(self) -> int:
         return self.output_layer().outputs
 
+    def truth_layers(self) -> list:
+        """The layers that read the network's truth with a layout of their own (yolo, region,
+        detection, iseg): the parser checks that they agree on its length."""
+        return [l for l in self.layers if getattr(l, "truths", 0)]
+
     @property
     def truths(self) -> int:
-        last = self.layers[-1]
-        return getattr(last, "truths", 0) or self.output_layer().outputs
+        """Truth values per image: what the loss layers read (Darknet takes the last layer's;
+        a network whose last layers come after its [yolo] heads reads theirs too), else the
+        output layer's outputs (a classifier's one-hot vector, a [cost] target)."""
+        readers = self.truth_layers()
+        return readers[-1].truths if readers else self.output_layer().outputs
 
     def alloc_workspace(self):
         size = max([l.workspace_size for l in self.layers] + [1])

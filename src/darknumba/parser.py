@@ -165,6 +165,7 @@ log = logging.getLogger("darknumba")
 def _build_layers(net: Network, sections: list[Section], path: str, b: memory.MemoryBudget):
     """parse_network_cfg's loop: each section's layer sized from the one before it."""
     h, w, c, inputs = net.h, net.w, net.c, net.inputs
+    first_loss = None                # (index, truth values per image) of the first yolo/region
     for index, s in enumerate(sections):
         if s.type in ("net", "network"):
             raise CfgError(f"{s.where()}: a second [net] section (layer {index})")
@@ -182,6 +183,16 @@ def _build_layers(net: Network, sections: list[Section], path: str, b: memory.Me
         except memory.SizeError as e:
             raise CfgError(f"{s.where()}: layer {index}: {e}") from None
         l.quirks = net.quirks                        # every layer: the network's behaviours
+        if l.type in ("yolo", "region"):
+            # one truth buffer feeds every loss layer (Darknet sizes it once, from one layer:
+            # another length would read past it)
+            if first_loss is None:
+                first_loss = (index, l.truths)
+            elif l.truths != first_loss[1]:
+                raise CfgError(f"{s.where('max')}: layer {index} reads {l.truths} truth values "
+                               f"per image, layer {first_loss[0]} {first_loss[1]}: every "
+                               f"[yolo]/[region] layer of a network must take the same max= "
+                               f"boxes")
         _generic_options(s, l)
         _warn_unused(s)
         net.layers.append(l)
