@@ -290,12 +290,22 @@ def test_bad_inputs_are_one_line(small, tmp_path, capsys):
 
 
 @needs_av
-def test_an_image_is_not_a_video(small, tmp_path):
+def test_an_image_or_a_sound_is_not_a_video(small, tmp_path):
     im = tmp_path / "still.png"
     Image.fromarray(shapes_frames(1, 20, 20)[0]).save(im)
+    sound = tmp_path / "sound.mp4"
+    with av.open(str(sound), "w") as c:
+        s = c.add_stream("aac", rate=8000)
+        frame = av.AudioFrame.from_ndarray(np.zeros((1, 1024), np.float32), format="fltp",
+                                           layout="mono")
+        frame.sample_rate = 8000
+        for packet in [*s.encode(frame), *s.encode()]:
+            c.mux(packet)
     det = dn.Detector(small["cfg"], small["weights"], names=NAMES)
     with pytest.raises(DataError, match="is an image, not a video"):
         det.predict_video(im)
+    with pytest.raises(DataError, match=r"has no video stream \(streams: audio\)"):
+        det.predict_video(sound)
 
 
 @needs_av

@@ -3,7 +3,8 @@
 With no arguments: cfg/yolov3-tiny.cfg, weights/yolov3-tiny.weights (fetched, sha256-checked,
 when missing) and a sample photo that scikit-image ships. One image: Darknet's printed lines
 and a drawn predictions.png. Many (folders, globs, list files): batched, with a progress bar,
-one JSON line per image with --json."""
+one JSON line per image with --json. A video file (cli/video.py): every frame, the drawn video
+with --out, one JSON line per frame."""
 from __future__ import annotations
 
 import json
@@ -202,10 +203,10 @@ def detect(
         image_args = args
     video = video_args(image_args)
     if video is not None:
-        detect_video_file(dict(cfg=cfg_path, weights=weights_path, thresh=thresh, nms=nms,
-                               hier=hier, names=names,
-                               letterbox=True if letter_box else letterbox, dialect=dialect,
-                               ext_output=ext_output), video, out, json_out, batch)
+        detect_video_file({"cfg": cfg_path, "weights": weights_path, "thresh": thresh,
+                           "nms": nms, "hier": hier, "names": names,
+                           "letterbox": True if letter_box else letterbox, "dialect": dialect,
+                           "ext_output": ext_output}, video, out, json_out, batch)
         return
     paths = expand_images(image_args) if image_args else [sample_image()]
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,

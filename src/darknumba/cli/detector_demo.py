@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
-from .detect import warn
 from .detector_test import SWITCHES, _darknet_flags, _number
 from .options import DialectOption, not_nan
 from .video import detect_video_file
@@ -52,10 +51,10 @@ def detector_demo(
         raise DataError("detector demo reads a video file: give VIDEO after WEIGHTS (cameras "
                         "are not supported)")
     out = Path(flags["out_filename"]) if "out_filename" in flags else out_filename
-    args = dict(cfg=cfg, weights=weights, thresh=0.5 if thresh is None else thresh, hier=hier,
-                nms=nms, names=names_file_of(datacfg), dialect=dialect,
-                letterbox=True if flags.get("letter_box") else None,
-                ext_output=bool(flags.get("ext_output")))
+    args = {"cfg": cfg, "weights": weights, "thresh": 0.5 if thresh is None else thresh,
+            "hier": hier, "nms": nms, "names": names_file_of(datacfg), "dialect": dialect,
+            "letterbox": True if flags.get("letter_box") else None,
+            "ext_output": bool(flags.get("ext_output"))}
     if json_out != "-":
         typer.echo(f"video file: {video}")
     detect_video_file(args, video, out, json_out, batch, demo=True,

@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 from typing import Optional
 
-import typer
-
 from .detect import warn
 
 

@@ -6,10 +6,12 @@ through a Detector (vision/detector.py) and the drawn frames written to a new vi
         print(f.record)
 
 Decoding and encoding use PyAV, whose wheels carry FFmpeg's codecs (the optional extra:
-`pip install darknumba[video]`). Frames are decoded as 8-bit RGB and go through the Detector
-as (h, w, 3) uint8 arrays, converted to the network's channels as image files are. The
-written video keeps the input's size and frame rate (constant, the stream's average rate);
-audio and subtitles are not copied.
+`pip install darknumba[video]`). Frames are decoded as 8-bit RGB at the stream's size (a
+frame of another size mid-stream is scaled to it) and go through the Detector as (h, w, 3)
+uint8 arrays, converted to the network's channels as image files are; a rotation the file
+asks players for is not applied (as EXIF orientation is not for images). The written video
+keeps the input's size and frame rate (constant, the stream's average rate); audio and
+subtitles are not copied.
 
 A frame record is what `darknumba detect VIDEO --json` writes, one JSON line per frame:
     video          the path as given
@@ -127,7 +129,8 @@ class VideoReader:
             for frame in self.container.decode(self.stream):
                 t = (float((frame.pts - start) * tb) if frame.pts is not None and tb
                      else float(index / self.fps))
-                yield index, t, frame.to_ndarray(format="rgb24")
+                yield index, t, frame.to_ndarray(format="rgb24", width=self.width,
+                                                 height=self.height)
                 index += 1
         except av.error.FFmpegError as e:
             raise DataError(f"{self.path}: frame {index} cannot be decoded: {_reason(e)}") from None
