@@ -20,6 +20,7 @@ A record is what `darknumba detect --json` writes, one JSON line per image:
         x, y, w, h                centre and size relative to the image (0..1, not clipped)
         objectness
 An unreadable file gives {"image": path, "error": message} from iter_predict; predict raises.
+Video files go through iter_video / predict_video (vision/video.py: one record per frame).
 """
 from __future__ import annotations
 

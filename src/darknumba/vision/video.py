@@ -171,21 +171,20 @@ class VideoWriter:
     def __init__(self, path, width: int, height: int, fps, source=None):
         av = require_av()
         self.path = check_output(path, source)
+        tried = ENCODERS[self.path.suffix.lower()]
+        codec = next((c for c in tried if c in av.codecs_available), None)
+        if codec is None:
+            raise DataError(f"no encoder for {self.path.suffix} in this PyAV build (tried "
+                            f"{', '.join(tried)})")
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "wb"):             # FFmpeg reports an unwritable path only later
             pass
-        codec = next((c for c in ENCODERS[self.path.suffix.lower()] if c in av.codecs_available),
-                     None)
-        if codec is None:
-            raise DataError(f"no encoder for {self.path.suffix} in this PyAV build (tried "
-                            f"{', '.join(ENCODERS[self.path.suffix.lower()])})")
         self.container = av.open(os.fspath(self.path), "w")
         self.stream = self.container.add_stream(codec, rate=Fraction(fps))
         self.stream.width, self.stream.height = int(width), int(height)
         odd = width % 2 or height % 2
         self.stream.pix_fmt = ("yuvj420p" if codec == "mjpeg" else
                                "yuv444p" if odd and codec == "libx264" else "yuv420p")
-        self.frames = 0
 
     def write(self, image):
         av = require_av()
@@ -198,7 +197,6 @@ class VideoWriter:
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(a), format="rgb24")
         for packet in self.stream.encode(frame):
             self.container.mux(packet)
-        self.frames += 1
 
     def close(self):
         if self.container is None:
