@@ -3,7 +3,8 @@
 With no arguments: cfg/yolov3-tiny.cfg, weights/yolov3-tiny.weights (fetched, sha256-checked,
 when missing) and a sample photo that scikit-image ships. One image: Darknet's printed lines
 and a drawn predictions.png. Many (folders, globs, list files): batched, with a progress bar,
-one JSON line per image with --json."""
+one JSON line per image with --json. A video file (cli/video.py): every frame, the drawn video
+with --out, one JSON line per frame."""
 from __future__ import annotations
 
 import json
@@ -147,7 +148,8 @@ def detect(
         help="Darknet .weights (default weights/yolov3-tiny.weights, fetched if missing)",
         show_default=False)] = None,
     images: Annotated[Optional[list[str]], typer.Argument(
-        help="images, folders, globs, or .txt lists of paths (default: a sample photo)",
+        help="images, folders, globs, or .txt lists of paths (default: a sample photo); or "
+             "one video file (.mp4, .avi, .mkv, .mov, .webm ...; needs darknumba[video])",
         show_default=False)] = None,
     thresh: Annotated[float, typer.Option(
         callback=not_nan,
@@ -160,11 +162,12 @@ def detect(
                                "use it; none on yolo outputs)")] = 0.5,
     out: Annotated[Optional[Path], typer.Option(
         help="one image: the PNG to draw (default predictions.png); several: a folder for "
-             "one PNG each (default: none drawn)", show_default=False)] = None,
+             "one PNG each (default: none drawn); a video: the video to draw (.mp4, .avi, "
+             ".mkv, .mov, .webm; default: none)", show_default=False)] = None,
     json_out: Annotated[Optional[str], typer.Option(
-        "--json", help="write one JSON line per image to this file ('-': stdout, instead of "
+        "--json", help="write one JSON line per image (video: per frame) to this file ('-': stdout, instead of "
                        "the text lines)", show_default=False)] = None,
-    batch: Annotated[int, typer.Option(min=1, help="images per forward pass")] = 1,
+    batch: Annotated[int, typer.Option(min=1, help="images (video frames) per forward pass")] = 1,
     names: Annotated[Optional[Path], typer.Option(
         exists=True, dir_okay=False, help="class names, one per line (default: coco.names)",
         show_default=False)] = None,
@@ -185,6 +188,7 @@ def detect(
     """Detect objects as `./darknet detect` does: prints `name: NN%` per box and class, draws
     the boxes. With no arguments, runs yolov3-tiny on a sample photo."""
     from ..vision.detector import Detector, expand_images
+    from .video import detect_video_file, video_args
     args = [a for a in (cfg, str(weights) if weights is not None else None) if a is not None]
     args += list(images or [])
     if args and Path(args[0]).suffix.lower() == ".cfg":
@@ -197,6 +201,13 @@ def detect(
         cfg_path = default_cfg()
         weights_path = default_weights(cfg_path)
         image_args = args
+    video = video_args(image_args)
+    if video is not None:
+        detect_video_file({"cfg": cfg_path, "weights": weights_path, "thresh": thresh,
+                           "nms": nms, "hier": hier, "names": names,
+                           "letterbox": True if letter_box else letterbox, "dialect": dialect,
+                           "ext_output": ext_output}, video, out, json_out, batch)
+        return
     paths = expand_images(image_args) if image_args else [sample_image()]
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
                         nms=nms, hier=hier, names=names,

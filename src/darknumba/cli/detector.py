@@ -2,7 +2,7 @@
 `detector_app` from their own `register`."""
 import typer
 
-detector_app = typer.Typer(rich_markup_mode=None, help="Darknet's detector commands: test, train, map, recall, valid.",
+detector_app = typer.Typer(rich_markup_mode=None, help="Darknet's detector commands: test, demo, train, map, recall, valid.",
                            no_args_is_help=True)
 
 

@@ -15,21 +15,25 @@ from .options import DialectOption, not_nan
 SWITCHES = ("ext_output", "dont_show", "letter_box")
 
 
-def _darknet_flags(extra: list[str]) -> dict:
+def _darknet_flags(extra: list[str], values=("thresh", "hier", "out", "nms"),
+                   switches=SWITCHES) -> dict:
     """Darknet's single-dash options after the positional arguments: -thresh, -hier, -out,
-    -nms with a value; AlexeyAB's switches -ext_output, -dont_show, -letter_box."""
+    -nms with a value; AlexeyAB's switches -ext_output, -dont_show, -letter_box (or the
+    command's own `values` and `switches`)."""
     flags, i = {}, 0
     while i < len(extra):
         key = extra[i].lstrip("-")
-        if key in ("thresh", "hier", "out", "nms") and i + 1 < len(extra):
+        if key in values and i + 1 < len(extra):
             flags[key] = extra[i + 1]
             i += 2
-        elif key in SWITCHES:
+        elif key in switches:
             flags[key] = True
             i += 1
         else:
-            raise typer.BadParameter(f"unknown option {extra[i]!r} (Darknet's: -thresh X -hier X "
-                                     f"-out NAME, -ext_output, -dont_show, -letter_box)")
+            raise typer.BadParameter(
+                f"unknown option {extra[i]!r} (Darknet's: "
+                + " ".join(f"-{k} X" for k in values) + ", "
+                + ", ".join(f"-{k}" for k in switches) + ")")
     return flags
 
 

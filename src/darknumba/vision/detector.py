@@ -20,6 +20,7 @@ A record is what `darknumba detect --json` writes, one JSON line per image:
         x, y, w, h                centre and size relative to the image (0..1, not clipped)
         objectness
 An unreadable file gives {"image": path, "error": message} from iter_predict; predict raises.
+Video files go through iter_video / predict_video (vision/video.py: one record per frame).
 """
 from __future__ import annotations
 
@@ -341,6 +342,25 @@ class Detector:
                 raise DataError(r["error"])
             out.append(r)
         return out
+
+    def iter_video(self, video, out=None) -> Iterator:
+        """A vision.video.FramePrediction per frame of a video file (its `record`, `lines()`,
+        `prediction`), net.batch frames per forward pass; with `out`, the drawn frames are
+        written to that video file (same size and frame rate). Needs PyAV
+        (pip install darknumba[video])."""
+        from .video import VideoReader, VideoWriter, detect_video
+        with VideoReader(video) as reader:
+            writer = (VideoWriter(out, reader.width, reader.height, reader.fps, source=video)
+                      if out is not None else None)
+            try:
+                yield from detect_video(self, reader, writer)
+            finally:
+                if writer is not None:
+                    writer.close()
+
+    def predict_video(self, video, out=None) -> list[dict]:
+        """The frame records of iter_video as a list (see vision/video.py)."""
+        return [f.record for f in self.iter_video(video, out)]
 
     def draw(self, image, record: dict, path=None):
         """Draw a record's boxes as Darknet does onto (a copy of) `image` (a path, array or
