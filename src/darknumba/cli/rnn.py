@@ -1,0 +1,77 @@
+"""`darknumba rnn train|generate`: Darknet's character-level RNN (`./darknet rnn ...`)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+rnn_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
+                      help="Darknet's character-level RNN: train on a text file, generate text.")
+
+CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file (inputs=256)")]
+
+
+def _log(msg, file=None):
+    typer.echo(msg, err=file is sys.stderr)
+
+
+@rnn_app.command()
+def train(cfg: CfgArg,
+          text: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                               help="text file to learn (Darknet's -file)")],
+          weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
+                                                            help="starting weights")] = None,
+          clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset `seen` to 0 (fine-tuning)")] = False,
+          backup: Annotated[Path, typer.Option(help="checkpoint folder")] = Path("backup"),
+          max_batches: Annotated[Optional[int], typer.Option(min=0, help="override [net] max_batches")] = None,
+          seed: Annotated[int, typer.Option(min=0, help="random seed (initial weights, stream offsets)")] = 0,
+          checkpoint_every: Annotated[int, typer.Option(min=1, help="<cfg>_<i>.weights every N iterations")] = 10000,
+          backup_every: Annotated[int, typer.Option(min=1, help="<cfg>.backup every N iterations")] = 100,
+          log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1):
+    """Train on TEXT one byte at a time (Darknet's `rnn train`): prints `i: loss, avg avg, rate
+    rate, seconds, epochs`; writes <cfg>_<i>.weights, <cfg>.backup and <cfg>_final.weights in
+    the backup folder (Ctrl-C: <cfg>.backup, exit status 130)."""
+    from ..train.rnn import RnnTrainOptions, train_char_rnn
+    opts = RnnTrainOptions(weights=str(weights) if weights else None, clear=clear,
+                           seed=seed, backup=str(backup), max_batches=max_batches,
+                           checkpoint_every=checkpoint_every, backup_every=backup_every,
+                           log_every=log_every)
+    result = train_char_rnn(str(cfg), str(text), opts, _log)
+    if result["interrupted"]:
+        raise typer.Exit(130)
+
+
+def _positive(value: float) -> float:
+    if not value > 0 or value == float("inf"):
+        raise typer.BadParameter(f"takes a number above 0, not {value}")
+    return value
+
+
+@rnn_app.command()
+def generate(cfg: CfgArg,
+             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
+             seed: Annotated[str, typer.Option("--seed", "-seed", help="text fed in before sampling (printed first)")] = "\n\n",
+             length: Annotated[int, typer.Option("--len", "-len", min=0, help="characters to sample")] = 1000,
+             temp: Annotated[float, typer.Option("--temp", "-temp", callback=_positive, help="softmax temperature (lower: likelier characters)")] = 0.7,
+             srand: Annotated[Optional[int], typer.Option("--srand", "-srand", min=0, help="random seed of the sampling (default: the time)")] = None):
+    """Feed the seed, then sample LEN characters at temperature TEMP, each fed back in
+    (Darknet's `rnn generate`); prints the seed and the sampled text."""
+    from ..train.rnn import generate as generate_text, generation_network
+    net = generation_network(cfg, weights)
+    _log(os.path.splitext(cfg.name)[0], file=sys.stderr)
+    data = os.fsencode(seed)
+    out = bytearray()
+    for c in generate_text(net, data, length, temp, int(time.time()) if srand is None else srand):
+        out.append(c)
+        if c == 10 or len(out) >= 256:
+            typer.echo(bytes(out), nl=False)
+            out.clear()
+    typer.echo(bytes(out))
+
+
+def register(app: typer.Typer):
+    app.add_typer(rnn_app, name="rnn")
