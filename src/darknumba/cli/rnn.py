@@ -12,7 +12,7 @@ import typer
 rnn_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
                       help="Darknet's character-level RNN: train on a text file, generate text.")
 
-CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file (inputs=256)")]
+CfgArg = Annotated[Path, typer.Argument(help="Darknet .cfg file (inputs=256)")]
 
 
 def _log(msg, file=None):
@@ -21,9 +21,9 @@ def _log(msg, file=None):
 
 @rnn_app.command()
 def train(cfg: CfgArg,
-          text: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+          text: Annotated[Path, typer.Argument(
                                                help="text file to learn (Darknet's -file)")],
-          weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
+          weights: Annotated[Optional[Path], typer.Argument(
                                                             help="starting weights")] = None,
           clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset `seen` to 0 (fine-tuning)")] = False,
           backup: Annotated[Path, typer.Option(help="checkpoint folder")] = Path("backup"),
@@ -53,7 +53,7 @@ def _positive(value: float) -> float:
 
 @rnn_app.command()
 def generate(cfg: CfgArg,
-             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
+             weights: Annotated[Path, typer.Argument(help=".weights file")],
              seed: Annotated[str, typer.Option("--seed", "-seed", help="text fed in before sampling (printed first)")] = "\n\n",
              length: Annotated[int, typer.Option("--len", "-len", min=0, help="characters to sample")] = 1000,
              temp: Annotated[float, typer.Option("--temp", "-temp", callback=_positive, help="softmax temperature (lower: likelier characters)")] = 0.7,

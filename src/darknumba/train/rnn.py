@@ -98,9 +98,9 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
     text = read_text(textfile)
     size = text.size
     base = os.path.splitext(os.path.basename(os.fspath(cfgfile)))[0]
-    log(base, file=sys.stderr)
     net = training_network(os.fspath(cfgfile), opts, log)
     check_char_network(net, cfgfile)
+    log(base, file=sys.stderr)
     if not any(l.cost is not None for l in net.layers):
         raise CfgError(f"{os.fspath(cfgfile)}: no loss layer ([softmax] or [cost]) to train")
     steps = net.time_steps
