@@ -148,7 +148,7 @@ def test_checkpoints_and_resume(tmp_path, capsys):
 
 def test_grammar(capsys, tmp_path):
     code, out, err = call(capsys, "rnn", "--help")
-    assert code == 0 and "train" in out and "generate" in out
+    assert code == 0 and all(c in out for c in ("train", "generate", "valid"))
     code, out, err = call(capsys, "rnn", "generate", "--help")
     for opt in ("-seed", "-len", "-temp", "-srand"):
         assert opt in out
@@ -183,6 +183,7 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys):
                 "nope.weights": (CFG, text, tmp_path / missing)}[missing]
         assert missing in one_line_error(capsys, "rnn", "train", *args)
     assert "nope.weights" in one_line_error(capsys, "rnn", "generate", CFG, tmp_path / "nope.weights")
+    assert "nope.cfg" in one_line_error(capsys, "rnn", "valid", tmp_path / "nope.cfg", text)
     narrow = tmp_path / "narrow.cfg"
     narrow.write_text(CFG.read_text().replace("inputs=256", "inputs=128"))
     msg = one_line_error(capsys, "rnn", "train", narrow, text)
@@ -191,3 +192,50 @@ def test_bad_input_is_one_line_naming_the_file(tmp_path, capsys):
     short.write_text(CFG.read_text().replace("output=256", "output=100"))
     msg = one_line_error(capsys, "rnn", "train", short, text)
     assert "short.cfg" in msg and "outputs 100 values" in msg
+
+
+def test_valid_scores_like_one_pass_over_the_sequence(tmp_path, capsys):
+    """`rnn valid`'s bits per character equal -mean log2 of the probabilities that a network
+    unrolled over the whole sequence (seed and text, one test-mode pass) gives each next byte."""
+    from darknumba.weights import save_weights
+    seed, text = b"ab", b"abc ab\tcab"
+    n = len(seed) + len(text) - 1
+    cfg = tmp_path / "v.cfg"
+    cfg.write_text(f"[net]\ninputs=256\nbatch=1\ntime_steps={n}\n[rnn]\noutput=8\n"
+                   "activation=tanh\n[connected]\noutput=256\nactivation=linear\n[softmax]\n")
+    whole = parse_network_cfg(cfg, seed=5)
+    w = tmp_path / "v.weights"
+    save_weights(whole, w)
+    fed = np.frombuffer(seed + text[:-1], np.uint8)
+    x = np.zeros((n, 256), np.float32)
+    x[np.arange(n), fed] = 1
+    p = whole.predict(x)[len(seed):][np.arange(len(text) - 1), np.frombuffer(text[1:], np.uint8)]
+    bits = np.log2(p.astype(np.float64))
+    words = 1 + sum(c in b" \t\n" for c in text[1:])
+    (tmp_path / "t.txt").write_bytes(text)
+    code, out, err = call(capsys, "rnn", "valid", cfg, w, tmp_path / "t.txt", "-seed", "ab")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert len(lines) == len(text) - 1
+    f = lines[-1].split()
+    assert f[0] == str(len(text) - 1) and f[1] == "BPC:"
+    assert float(f[2]) == pytest.approx(-bits.mean(), abs=1e-4)
+    assert float(f[4]) == pytest.approx(2 ** -bits.mean(), rel=1e-4)
+    assert float(f[7]) == pytest.approx(2 ** (-bits.sum() / words), rel=1e-4)
+    code, out, err = call(capsys, "rnn", "valid", cfg, w, tmp_path / "t.txt", "-seed", "ab",
+                          "--log-every", 4)
+    assert [l.split()[0] for l in out.splitlines()] == ["4", "8", "9"]
+
+
+def test_alexeyab_dialect_keeps_its_printout_and_checkpoints(tmp_path, capsys):
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"abc" * 50)
+    backup = tmp_path / "b"
+    code, out, err = call(capsys, "rnn", "train", CFG, text, "--max-batches", 21, "--backup",
+                          backup, "--dialect", "alexeyab")
+    assert code == 0, err
+    assert "batch = 128, steps = 16, streams = 8, subdivisions = 1, text_size = 150" in out
+    assert "Learning Rate: 0.1, Momentum: 0.9, Decay: 0.0005\n" in err
+    assert err.count("rnn-tiny.backup") == 2                     # every 10 iterations
+    assert sorted(p.name for p in backup.iterdir()) == ["rnn-tiny.backup",
+                                                        "rnn-tiny_final.weights"]

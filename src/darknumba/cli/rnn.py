@@ -9,8 +9,11 @@ from typing import Annotated, Optional
 
 import typer
 
+from .options import DialectOption
+
 rnn_app = typer.Typer(rich_markup_mode=None, no_args_is_help=True,
-                      help="Darknet's character-level RNN: train on a text file, generate text.")
+                      help="Darknet's character-level RNN: train on a text file, generate text, "
+                           "score a text.")
 
 CfgArg = Annotated[Path, typer.Argument(help="Darknet .cfg file (inputs=256)")]
 
@@ -29,9 +32,10 @@ def train(cfg: CfgArg,
           backup: Annotated[Path, typer.Option(help="checkpoint folder")] = Path("backup"),
           max_batches: Annotated[Optional[int], typer.Option(min=0, help="override [net] max_batches")] = None,
           seed: Annotated[int, typer.Option(min=0, help="random seed (initial weights, stream offsets)")] = 0,
-          checkpoint_every: Annotated[int, typer.Option(min=1, help="<cfg>_<i>.weights every N iterations")] = 10000,
-          backup_every: Annotated[int, typer.Option(min=1, help="<cfg>.backup every N iterations")] = 100,
-          log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1):
+          checkpoint_every: Annotated[Optional[int], typer.Option(min=1, help="<cfg>_<i>.weights every N iterations (default 10000; alexeyab: 1000)")] = None,
+          backup_every: Annotated[Optional[int], typer.Option(min=1, help="<cfg>.backup every N iterations (default 100; alexeyab: 10)")] = None,
+          log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1,
+          dialect: DialectOption = None):
     """Train on TEXT one byte at a time (Darknet's `rnn train`): prints `i: loss, avg avg, rate
     rate, seconds, epochs`; writes <cfg>_<i>.weights, <cfg>.backup and <cfg>_final.weights in
     the backup folder (Ctrl-C: <cfg>.backup, exit status 130)."""
@@ -39,7 +43,7 @@ def train(cfg: CfgArg,
     opts = RnnTrainOptions(weights=str(weights) if weights else None, clear=clear,
                            seed=seed, backup=str(backup), max_batches=max_batches,
                            checkpoint_every=checkpoint_every, backup_every=backup_every,
-                           log_every=log_every)
+                           log_every=log_every, dialect=dialect)
     result = train_char_rnn(str(cfg), str(text), opts, _log)
     if result["interrupted"]:
         raise typer.Exit(130)
@@ -57,11 +61,12 @@ def generate(cfg: CfgArg,
              seed: Annotated[str, typer.Option("--seed", "-seed", help="text fed in before sampling (printed first)")] = "\n\n",
              length: Annotated[int, typer.Option("--len", "-len", min=0, help="characters to sample")] = 1000,
              temp: Annotated[float, typer.Option("--temp", "-temp", callback=_positive, help="softmax temperature (lower: likelier characters)")] = 0.7,
-             srand: Annotated[Optional[int], typer.Option("--srand", "-srand", min=0, help="random seed of the sampling (default: the time)")] = None):
+             srand: Annotated[Optional[int], typer.Option("--srand", "-srand", min=0, help="random seed of the sampling (default: the time)")] = None,
+             dialect: DialectOption = None):
     """Feed the seed, then sample LEN characters at temperature TEMP, each fed back in
     (Darknet's `rnn generate`); prints the seed and the sampled text."""
     from ..train.rnn import generate as generate_text, generation_network
-    net = generation_network(cfg, weights)
+    net = generation_network(cfg, weights, dialect)
     _log(os.path.splitext(cfg.name)[0], file=sys.stderr)
     data = os.fsencode(seed)
     out = bytearray()
@@ -71,6 +76,30 @@ def generate(cfg: CfgArg,
             typer.echo(bytes(out), nl=False)
             out.clear()
     typer.echo(bytes(out))
+
+
+@rnn_app.command()
+def valid(cfg: CfgArg,
+          weights: Annotated[Path, typer.Argument(help=".weights file")],
+          text: Annotated[Optional[Path], typer.Argument(help="text to score (default: standard input, as Darknet)")] = None,
+          seed: Annotated[str, typer.Option("--seed", "-seed", help="text fed in before scoring")] = "\n\n",
+          log_every: Annotated[int, typer.Option(min=1, help="print a line every N characters (and the last)")] = 1,
+          dialect: DialectOption = None):
+    """How well the network predicts TEXT (Darknet's `rnn valid`): after every character,
+    `n BPC: bits per character   Perplexity: p    Word Perplexity: w` (alexeyab: without BPC)."""
+    from ..train.rnn import generation_network, valid_char_rnn
+    net = generation_network(cfg, weights, dialect)
+    _log(os.path.splitext(cfg.name)[0], file=sys.stderr)
+    data = text.read_bytes() if text is not None else sys.stdin.buffer.read()
+    line = None
+    for count, bpc, ppl, wppl in valid_char_rnn(net, os.fsencode(seed), data):
+        line = (f"{count} " + ("" if net.dialect == "alexeyab" else f"BPC: {bpc:4.4f}   ")
+                + f"Perplexity: {ppl:4.4f}    Word Perplexity: {wppl:4.4f}")
+        if count % log_every == 0:
+            typer.echo(line)
+            line = None
+    if line is not None:
+        typer.echo(line)
 
 
 def register(app: typer.Typer):

@@ -10,7 +10,7 @@ predicts the next byte: its output layer has 256 outputs (a [softmax], usually f
 
 Every stream reads the text from its own offset, which moves on by time_steps bytes a datum
 (wrapping at the end of the text); after every datum each stream jumps to a random offset with
-probability 1/64 and its carried state is reset (Darknet's reset_network_state).
+probability 1/64 (AlexeyAB's: 1/10) and its carried state is reset (reset_network_state).
 """
 from __future__ import annotations
 
@@ -28,8 +28,18 @@ from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
 
 CHARACTERS = 256        # one input (and one output) per byte value
-RESET_ODDS = 64         # a stream jumps to a random offset once in this many data
 MIN_PROB = 0.0001       # generation ignores outputs below this, as Darknet does
+
+
+@dataclass(frozen=True)
+class CharRnnRules:
+    """What the two Darknets' train_char_rnn do differently."""
+    reset_odds: int             # a stream jumps to a random offset once in this many data
+    checkpoint_every: int       # <cfg>_<i>.weights
+    backup_every: int           # <cfg>.backup
+
+
+RULES = {"pjreddie": CharRnnRules(64, 10000, 100), "alexeyab": CharRnnRules(10, 1000, 10)}
 
 
 @dataclass
@@ -39,12 +49,12 @@ class RnnTrainOptions:
     seed: int = 0                   # initial weights, stream offsets and resets
     backup: str = "backup"          # checkpoint folder
     max_batches: int | None = None  # override [net] max_batches
-    checkpoint_every: int = 10000   # <cfg>_<i>.weights every N data
-    backup_every: int = 100         # <cfg>.backup every N data
+    checkpoint_every: int | None = None  # <cfg>_<i>.weights every N data (None: the dialect's)
+    backup_every: int | None = None      # <cfg>.backup every N data (None: the dialect's)
     log_every: int = 1              # print a line every N data
+    dialect: str | None = None      # None: chosen from the cfg and weights
     partial: bool = False           # training_network's options that this workflow keeps fixed
     compat: str | None = None
-    dialect: str | None = None
 
 
 def read_text(path) -> np.ndarray:
@@ -92,8 +102,9 @@ def check_char_network(net, cfgfile):
 def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=print):
     """train_char_rnn: Darknet's loop and printout (`i: loss, avg avg, rate rate, seconds,
     epochs`; loss is the network's cost over batch = streams x time_steps), checkpoints
-    <cfg>_<i>.weights every checkpoint_every data, <cfg>.backup every backup_every and
-    <cfg>_final.weights at the end (Ctrl-C: <cfg>.backup, then stop). Returns what happened."""
+    <cfg>_<i>.weights every checkpoint_every data, <cfg>.backup every backup_every (the
+    dialect's: 10000 and 100, AlexeyAB's 1000 and 10) and <cfg>_final.weights at the end
+    (Ctrl-C: <cfg>.backup, then stop). Returns what happened."""
     opts = opts or RnnTrainOptions()
     text = read_text(textfile)
     size = text.size
@@ -105,8 +116,18 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
         raise CfgError(f"{os.fspath(cfgfile)}: no loss layer ([softmax] or [cost]) to train")
     steps = net.time_steps
     streams = net.batch // steps
-    log(f"Learning Rate: {net.learning_rate:g}, Momentum: {net.momentum:g}, Decay: "
-        f"{net.decay:g}, Inputs: {net.inputs} {net.batch} {steps}", file=sys.stderr)
+    rules = RULES[net.dialect]
+    checkpoint_every = opts.checkpoint_every or rules.checkpoint_every
+    backup_every = opts.backup_every or rules.backup_every
+    if net.dialect == "alexeyab":
+        log(f"Learning Rate: {net.learning_rate:g}, Momentum: {net.momentum:g}, Decay: "
+            f"{net.decay:g}", file=sys.stderr)
+        log(f"\n batch = {net.batch}, steps = {steps}, streams = {streams}, subdivisions = "
+            f"{net.subdivisions}, text_size = {size} \n global_batch = "
+            f"{net.batch * net.subdivisions} ")
+    else:
+        log(f"Learning Rate: {net.learning_rate:g}, Momentum: {net.momentum:g}, Decay: "
+            f"{net.decay:g}, Inputs: {net.inputs} {net.batch} {steps}", file=sys.stderr)
     os.makedirs(opts.backup, exist_ok=True)
     remove_stale_temps(opts.backup, log=lambda m: log(m, file=sys.stderr))
     written = []
@@ -132,12 +153,12 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
                 chars = net.current_batch() * net.batch
                 log(f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
                     f"{time.time() - t0:f} seconds, {chars / size:f} epochs")
-            for j in np.flatnonzero(rng.integers(0, RESET_ODDS, streams) == 0):
+            for j in np.flatnonzero(rng.integers(0, rules.reset_odds, streams) == 0):
                 offsets[j] = rng.integers(0, size)
                 net.reset_state(int(j))
-            if i % opts.checkpoint_every == 0:
+            if i % checkpoint_every == 0:
                 save(f"{base}_{i}.weights")
-            if i % opts.backup_every == 0:
+            if i % backup_every == 0:
                 save(f"{base}.backup")
             if stop.set:
                 interrupted = True
@@ -147,9 +168,12 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
             "interrupted": interrupted, "net": net}
 
 
-def generation_network(cfgfile, weightsfile):
-    """The network one byte at a time: batch 1, time_steps 1, whatever the cfg trains with."""
-    net = load_network(os.fspath(cfgfile), os.fspath(weightsfile), batch=1, time_steps=1)
+def generation_network(cfgfile, weightsfile, dialect: str | None = None):
+    """The network one byte at a time: batch 1, time_steps 1, whatever the cfg trains with
+    (AlexeyAB's parse_network_cfg_custom(cfg, 1, 1); pjreddie's takes the cfg as it is, so
+    its users keep a second cfg with batch=1 and time_steps=1)."""
+    net = load_network(os.fspath(cfgfile), os.fspath(weightsfile), batch=1, time_steps=1,
+                       dialect=dialect)
     check_char_network(net, cfgfile)
     return net
 
@@ -190,3 +214,24 @@ def generate(net, seed: bytes, length: int, temp: float, srand: int):
         out[out < MIN_PROB] = 0.0
         c = sample_array(out, rng.random())
         yield c
+
+
+def valid_char_rnn(net, seed: bytes, text: bytes):
+    """valid_char_rnn: the seed fed in, then every byte of `text` but the last, each scored by
+    the probability the network gave it. Yields (count, bits per character, perplexity, word
+    perplexity) after every scored byte; words are 1 + the spaces, tabs and newlines scored.
+    (Darknet refuses byte 255, an off-by-one: it is a byte like the others here.)"""
+    x = np.zeros(CHARACTERS, dtype=np.float32)
+    for c in seed:
+        x[c] = 1.0
+        net.forward(x)
+        x[c] = 0.0
+    bits, words = 0.0, 1
+    for count, (c, nxt) in enumerate(zip(text[:-1], text[1:]), start=1):
+        if nxt in b" \n\t":
+            words += 1
+        x[c] = 1.0
+        p = float(net.forward(x)[nxt])
+        x[c] = 0.0
+        bits += math.log2(p) if p > 0 else -math.inf
+        yield count, -bits / count, 2.0 ** (-bits / count), 2.0 ** (-bits / words)
