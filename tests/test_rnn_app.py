@@ -136,14 +136,32 @@ def test_checkpoints_and_resume(tmp_path, capsys):
     assert code == 0, err
     assert sorted(p.name for p in backup.iterdir()) == \
         ["rnn-tiny.backup", "rnn-tiny_4.weights", "rnn-tiny_final.weights"]
-    code, out, err = call(capsys, "rnn", "train", CFG, text, backup / "rnn-tiny_final.weights",
-                          "--max-batches", 8, "--backup", backup)
+    code, out, err = call(capsys, "rnn", "train", CFG, backup / "rnn-tiny_final.weights",
+                          "-file", text, "--max-batches", 8, "--backup", backup)  # Darknet's way
     assert code == 0, err
     assert [l.split()[0] for l in out.splitlines()[-2:]] == ["7:", "8:"]
     code, out, err = call(capsys, "rnn", "train", CFG, text, backup / "rnn-tiny_final.weights",
                           "-clear", "--max-batches", 1, "--backup", backup)
     assert code == 0, err
     assert out.splitlines()[-1].startswith("1: ")
+
+
+def test_ctrl_c_saves_the_backup_and_stops(tmp_path):
+    import os
+    import signal
+
+    from darknumba.train.rnn import RnnTrainOptions, train_char_rnn
+    text = tmp_path / "t.txt"
+    text.write_bytes(b"abc" * 50)
+
+    def log(msg, file=None):
+        if msg.startswith("3: "):
+            os.kill(os.getpid(), signal.SIGINT)
+
+    r = train_char_rnn(CFG, text, RnnTrainOptions(backup=str(tmp_path / "b"), max_batches=10),
+                       log)
+    assert r["interrupted"] and r["iterations"] == 3
+    assert [os.path.basename(p) for p in r["written"]] == ["rnn-tiny.backup"]
 
 
 def test_grammar(capsys, tmp_path):
@@ -155,7 +173,9 @@ def test_grammar(capsys, tmp_path):
     code, _, err = call(capsys, "rnn", "generate", CFG)                      # no weights
     assert code == 2 and "Missing argument 'weights'" in err
     code, _, err = call(capsys, "rnn", "train", CFG)                         # no text
-    assert code == 2 and "Missing argument 'text'" in err
+    assert code == 2 and "no text file to learn" in err
+    code, _, err = call(capsys, "rnn", "train", CFG, "t", "w", "-file", "t")  # both ways
+    assert code == 2 and "-file" in err
     code, _, err = call(capsys, "rnn", "generate", CFG, "w", "-temp", 0)
     assert code == 2 and "above 0" in err
     code, _, err = call(capsys, "rnn", "generate", CFG, "w", "-len", -1)

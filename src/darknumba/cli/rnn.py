@@ -24,10 +24,11 @@ def _log(msg, file=None):
 
 @rnn_app.command()
 def train(cfg: CfgArg,
-          text: Annotated[Path, typer.Argument(
-                                               help="text file to learn (Darknet's -file)")],
-          weights: Annotated[Optional[Path], typer.Argument(
-                                                            help="starting weights")] = None,
+          text: Annotated[Optional[Path], typer.Argument(
+              help="text file to learn (or -file TEXT, Darknet's way, with WEIGHTS here)")] = None,
+          weights: Annotated[Optional[Path], typer.Argument(help="starting weights")] = None,
+          file: Annotated[Optional[Path], typer.Option(
+              "--file", "-file", help="the text file, as Darknet takes it: `rnn train CFG [WEIGHTS] -file TEXT`")] = None,
           clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset `seen` to 0 (fine-tuning)")] = False,
           backup: Annotated[Path, typer.Option(help="checkpoint folder")] = Path("backup"),
           max_batches: Annotated[Optional[int], typer.Option(min=0, help="override [net] max_batches")] = None,
@@ -39,6 +40,14 @@ def train(cfg: CfgArg,
     """Train on TEXT one byte at a time (Darknet's `rnn train`): prints `i: loss, avg avg, rate
     rate, seconds, epochs`; writes <cfg>_<i>.weights, <cfg>.backup and <cfg>_final.weights in
     the backup folder (Ctrl-C: <cfg>.backup, exit status 130)."""
+    if file is not None:                    # Darknet's grammar: the argument after CFG is WEIGHTS
+        if weights is not None:
+            raise typer.BadParameter("with -file the text is given, so only CFG [WEIGHTS] "
+                                     "may follow", param_hint="'-file'")
+        text, weights = file, text
+    elif text is None:
+        raise typer.BadParameter("no text file to learn (give TEXT, or -file TEXT as Darknet)",
+                                 param_hint="'TEXT'")
     from ..train.rnn import RnnTrainOptions, train_char_rnn
     opts = RnnTrainOptions(weights=str(weights) if weights else None, clear=clear,
                            seed=seed, backup=str(backup), max_batches=max_batches,
