@@ -1,5 +1,6 @@
 """Darknet's character-level RNN example (`examples/rnn.c`): train a network on a text file one
-byte at a time (`train_char_rnn`), then generate text from it (`test_char_rnn`).
+byte at a time (`train_char_rnn`), generate text from it (`test_char_rnn`) and score a text
+with it (`valid_char_rnn`).
 
 The network reads one byte a step as a 256-way one-hot vector (`inputs=256` in [net]) and
 predicts the next byte: its output layer has 256 outputs (a [softmax], usually followed by a
@@ -58,8 +59,9 @@ class RnnTrainOptions:
 
 
 def read_text(path) -> np.ndarray:
-    """The bytes of a text file. Darknet reads it as a C string, so its text ends at the first
-    NUL byte; a NUL or an empty file is refused here."""
+    """The bytes of a text file. pjreddie's Darknet reads it as a C string (the text ends at
+    the first NUL byte), AlexeyAB's stops at a NUL with "Bad char": a NUL or an empty file is
+    refused here, naming the file."""
     with open(path, "rb") as f:
         data = f.read()
     if not data:
@@ -68,7 +70,7 @@ def read_text(path) -> np.ndarray:
     nul = np.flatnonzero(text == 0)
     if nul.size:
         raise DataError(f"{os.fspath(path)}: byte {nul[0]} is NUL (0): a text file to train on "
-                        f"holds no NUL bytes (Darknet's reader would stop there)")
+                        f"holds no NUL bytes")
     return text
 
 
