@@ -273,6 +273,16 @@ class Network:
             self.update()
         return err
 
+    def reset_state(self, b: int):
+        """reset_network_state: the recurrent layers forget sequence b's carried state (as
+        Darknet's GPU build does; its CPU build does nothing)."""
+        per_step = self.batch // self.time_steps
+        if not 0 <= b < per_step:
+            raise DarknumbaError(f"reset_state: sequence {b} outside 0..{per_step - 1}")
+        for l in self.layers:
+            if hasattr(l, "reset_state"):
+                l.reset_state(b)
+
     # -- learning rate -----------------------------------------------------------------------
     def current_batch(self) -> int:
         return self.seen // (self.batch * self.subdivisions)

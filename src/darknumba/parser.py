@@ -23,15 +23,20 @@ def _warn_unused(s: Section):
                                  f"'{key} = {s.options[key]}'"), stacklevel=3)
 
 
-def parse_net_options(s: Section, net: Network, batch: int | None):
+def parse_net_options(s: Section, net: Network, batch: int | None,
+                      time_steps: int | None = None):
     """parse_net_options, with the range of every number checked (Darknet takes a negative
-    batch, a NaN learning rate or time_steps=0 and fails later, or never)."""
+    batch, a NaN learning rate or time_steps=0 and fails later, or never). time_steps, if
+    given, replaces the cfg's (one step at a time to generate from a network trained on
+    many)."""
     net.batch = s.find_int("batch", 1)
     net.learning_rate = s.find_float("learning_rate", 0.001, at_least=0)
     net.momentum = s.find_float("momentum", 0.9, at_least=0, below=1)
     net.decay = s.find_float("decay", 0.0001, at_least=0)
     subdivs = s.find_int("subdivisions", 1, at_least=1)
     net.time_steps = s.find_int("time_steps", 1, at_least=1)
+    if time_steps is not None:
+        net.time_steps = int(time_steps)
     s.find_int("notruth", 0)
     net.batch //= subdivs
     net.batch *= net.time_steps
@@ -202,7 +207,7 @@ def _build_layers(net: Network, sections: list[Section], path: str, b: memory.Me
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
                       seed: int | None = 0, dialect: str | None = None,
                       weights_version: tuple | None = None, max_bytes: int | None = None,
-                      allocate: bool = True) -> Network:
+                      allocate: bool = True, time_steps: int | None = None) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
     from Darknet's random initialisation with `seed` (None: left at zero).
 
@@ -215,7 +220,7 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     DARKNUMBA_MAX_GIB), is a CfgError naming the layer and the bytes.
 
     allocate=False builds the layer table alone (shapes, BFLOPs): no buffer gets memory, the
-    weights stay unset, and the network refuses to run."""
+    weights stay unset, and the network refuses to run. time_steps replaces the cfg's."""
     path = os.fspath(path)
     sections = read_cfg(path)
     dialect, reason = choose_dialect(sections, dialect, weights_version)
@@ -229,7 +234,7 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     net.cfg_path = path
     net.quirks = quirks
     net.dialect_reason = reason
-    parse_net_options(first, net, batch)
+    parse_net_options(first, net, batch, time_steps)
     if quirks.dialect == "alexeyab":
         parse_ab_net_options(first, net)
     _warn_unused(first)
@@ -250,13 +255,14 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
-                 clear: bool = False, dialect: str | None = None) -> Network:
+                 clear: bool = False, dialect: str | None = None,
+                 time_steps: int | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
-    batch/subdivisions. Weights holding NaN or Inf give one WeightsWarning naming the layers."""
+    batch/subdivisions (x time_steps: the cfg's, or these). Weights holding NaN or Inf give one WeightsWarning naming the layers."""
     from .weights import describe_nonfinite, load_weights, nonfinite_layers, peek_version
     net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
-                            dialect=dialect,
+                            dialect=dialect, time_steps=time_steps,
                             weights_version=peek_version(weights) if weights else None)
     if weights is not None:
         load_weights(net, weights)

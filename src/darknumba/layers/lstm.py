@@ -22,6 +22,7 @@ GATES = ("f", "i", "g", "o")
 class LSTMLayer(SubLayers, Layer):
     type = "lstm"
     SUB_NAMES = NAMES
+    STATE_NAMES = ("h_state", "c_state")
 
     def __init__(self, batch, inputs, outputs, steps, batch_normalize=False, quirks=DEFAULT_QUIRKS):
         if batch % steps:

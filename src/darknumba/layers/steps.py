@@ -47,6 +47,7 @@ class SubLayers:
     """What a layer built of sub-layers does with them: `sublayers()` in .weights order, named
     by SUB_NAMES (the records are "name.biases", ...)."""
     SUB_NAMES: tuple = ()
+    STATE_NAMES: tuple = ("state",)       # what carries over between calls, batch-major
 
     def sublayers(self):
         return [getattr(self, name) for name in self.SUB_NAMES]
@@ -62,6 +63,14 @@ class SubLayers:
     def weight_records(self):
         return [(f"{name}.{k}", v) for name, l in zip(self.SUB_NAMES, self.sublayers())
                 for k, v in l.weight_records()]
+
+    def reset_state(self, b):
+        """Sequence b's carried state back to zero (reset_network_state as Darknet's GPU build
+        does it; its CPU build leaves the state as it is)."""
+        for name in self.STATE_NAMES:
+            s = getattr(self, name)
+            n = s.size // self.batch
+            s[b * n:(b + 1) * n] = 0.0
 
     @property
     def bflops(self):
