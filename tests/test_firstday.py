@@ -142,7 +142,7 @@ def test_classifier_train_has_the_bar_history_and_chart(cls_example):
     r = CliRunner().invoke(app, ["classifier", "train", data, cfg, "--max-batches", "3",
                                  "--backup", str(backup), "-dont_show", "-clear"])
     assert r.exit_code == 0, r.output
-    assert re.search(r"^3, [\d.]+: ", r.output, re.M)           # Darknet's lines above the bar
+    assert re.search(r"^3, [\d.]+: ", r.stdout, re.M)           # Darknet's lines above the bar
     rows, clean = read_history(backup / "small_history.csv")
     assert clean and [r[0] for r in rows] == [1, 2, 3] and rows[-1][4] == 12
     try:
@@ -150,3 +150,131 @@ def test_classifier_train_has_the_bar_history_and_chart(cls_example):
         assert (backup / "chart.png").exists()
     except ImportError:
         assert not (backup / "chart.png").exists()
+
+
+# -- Darknet's flags ---------------------------------------------------------------------------
+# (darknumba command, Darknet flags it takes): each Darknet command's own argument parsing
+# (pjreddie's and AlexeyAB's examples/detector.c, classifier.c, darknet.c; see
+# cli/darknet_flags.py). Meaningful or accepted-and-ignored; never a usage error.
+ALL6 = ["-dont_show", "-ext_output", "-map", "-clear", "-thresh", "0.3", "-out", "NAME"]
+FLAG_TABLE = [
+    (["detect"], ["-thresh", "0.3", "-out", "NAME.png", "-ext_output", "-dont_show"], 3),
+    (["detector", "test"], ALL6[:-2] + ["-out", "NAME"], 3),
+    (["detector", "train"], ALL6, 2),
+    (["detector", "map"], ALL6, 3),
+    (["detector", "recall"], ALL6, 3),
+    (["detector", "valid"], ALL6, 3),
+    (["detector", "calc_anchors"], ALL6, 1),
+    (["classifier", "train"], ["-dont_show", "-clear"], 2),
+    (["classifier", "predict"], ["-dont_show", "-clear"], 4),
+    (["classifier", "valid"], ["-dont_show", "-clear"], 3),
+]
+
+
+def _command(path):
+    import typer.main
+    cmd = typer.main.get_command(app)
+    for name in path:
+        cmd = cmd.commands[name]
+    return cmd
+
+
+@pytest.mark.parametrize("path,flags,files", FLAG_TABLE, ids=[" ".join(p) for p, _, _ in FLAG_TABLE])
+def test_darknet_flags_are_accepted(path, flags, files, tmp_path):
+    f = tmp_path / "f"
+    f.write_text("")
+    args = [str(f)] * files + flags
+    plain = _command(path).make_context(path[-1], args[:files]).params
+    ctx = _command(path).make_context(path[-1], list(args))  # parses; a usage error raises
+    assert not ctx.args
+    changed = [k for k, v in ctx.params.items() if v != plain[k]]
+    assert len(changed) == sum(a.startswith("-") for a in flags), changed   # each flag landed
+
+
+def test_darknet_flags_have_their_meaning(tmp_path):
+    f = tmp_path / "f"
+    f.write_text("")
+    p = _command(["detect"]).make_context("detect", ["-thresh", "0.3", "-out", "x.png"]).params
+    assert p["thresh"] == 0.3 and str(p["out"]) == "x.png"
+    p = _command(["detector", "test"]).make_context("test", [str(f)] * 3 + [
+        "-thresh", "0.3", "-out", "r.json", "-ext_output", "-letter_box"]).params
+    assert p["thresh"] == 0.3 and p["out"] == "r.json" and p["ext_output"] and p["letter_box"]
+    p = _command(["detector", "train"]).make_context("train", [str(f)] * 2 + [
+        "-map", "-clear", "-thresh", "0.4"]).params
+    assert p["map_flag"] and p["clear"] and p["map_thresh"] == 0.4
+    p = _command(["detector", "valid"]).make_context("valid", [str(f)] * 3 + ["-out", "x_"]).params
+    assert p["prefix"] == "x_"
+    p = _command(["classifier", "train"]).make_context("train", [str(f)] * 2 + ["-clear"]).params
+    assert p["clear"]
+    helptext = _command(["detector", "map"]).get_help(
+        _command(["detector", "map"]).make_context("map", [str(f)] * 3))
+    assert "-map" in helptext and "accepted and ignored" in helptext
+
+
+# -- detect: JSON, lists -------------------------------------------------------------------------
+def _decimals(x) -> int:
+    text = repr(x)
+    return len(text.split(".")[1]) if "." in text and "e" not in text else 0
+
+
+@pytest.fixture
+def detect_setup(tmp_path, monkeypatch):
+    from conftest import DATA, ROOT, tiny_weights
+    weights = tiny_weights()
+    images = [DATA / "dog.jpg", DATA / "horses.jpg"]
+    if not all(p.exists() for p in images):
+        pytest.skip(f"sample photos not found in {DATA} (set DARKNUMBA_DATA)")
+    monkeypatch.chdir(tmp_path)
+    return ROOT / "cfg" / "yolov3-tiny.cfg", weights, images, ROOT / "cfg" / "coco.data"
+
+
+def _run(*args):
+    r = CliRunner().invoke(app, [str(a) for a in args])
+    assert r.exit_code == 0, r.output
+    return r
+
+
+def test_json_to_stdout_draws_nothing_and_rounds(detect_setup, tmp_path):
+    import json
+    cfg, weights, images, _ = detect_setup
+    r = _run("detect", cfg, weights, images[0], "--json", "-")
+    rec = json.loads(r.stdout)                                   # stdout is the JSON alone
+    assert rec["detections"] and os.listdir(tmp_path) == []     # no predictions.png
+    for d in rec["detections"]:
+        assert all(_decimals(d[k]) <= 6 for k in ("prob", "x", "y", "w", "h", "objectness"))
+        assert all(isinstance(d[k], int) for k in ("left", "top", "right", "bottom"))
+    from darknumba.vision.detector import Detector
+    whole = Detector(cfg, weights).predict([images[0]])[0]      # the Python record: unrounded
+    assert [round(d["prob"], 6) for d in whole["detections"]] == \
+        [d["prob"] for d in rec["detections"]]
+    _run("detect", cfg, weights, images[0], "--json", "-", "--out", tmp_path / "asked.png")
+    assert os.listdir(tmp_path) == ["asked.png"]                 # drawn where asked
+    _run("detect", cfg, weights, images[0])
+    assert "predictions.png" in os.listdir(tmp_path)            # Darknet's default drawing
+
+
+def test_list_file_says_how_many_paths_it_read(detect_setup, tmp_path):
+    cfg, weights, images, _ = detect_setup
+    lst = tmp_path / "list.txt"
+    lst.write_text("".join(f"{p}\n" for p in images) + "# a comment\n\n")
+    r = _run("detect", cfg, weights, lst, "--json", tmp_path / "d.jsonl")
+    assert f"{lst}: read 2 image paths from the list" in r.stderr
+    assert len((tmp_path / "d.jsonl").read_text().splitlines()) == 2
+
+
+def test_detector_test_out_json_and_json_stdout(detect_setup, tmp_path):
+    import json
+    cfg, weights, images, data = detect_setup
+    r = _run("detector", "test", data, cfg, weights, images[0], "-dont_show", "-ext_output",
+             "-out", "result.json")
+    rec = json.loads((tmp_path / "result.json").read_text())    # AlexeyAB's -out result.json
+    assert rec["image"] == str(images[0]) and rec["detections"]
+    assert "left_x:" in r.stdout and (tmp_path / "predictions.png").exists()
+    os.remove(tmp_path / "predictions.png")
+    os.remove(tmp_path / "result.json")
+    r = CliRunner().invoke(app, ["detector", "test", str(data), str(cfg), str(weights),
+                                 "--json", "-"], input=f"{images[0]}\n{images[1]}\n")
+    assert r.exit_code == 0, r.output
+    recs = [json.loads(s) for s in r.stdout.splitlines()]      # no prompt, no text lines
+    assert [x["image"] for x in recs] == [str(p) for p in images]
+    assert os.listdir(tmp_path) == []

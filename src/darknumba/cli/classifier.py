@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .darknet_flags import DontShow, IgnoredClear
 from .options import CheckEveryOption, MpiTimeoutOption, SyncBnOption
 
 classifier_app = typer.Typer(rich_markup_mode=None, help="Darknet's classifier commands: train, predict, valid; "
@@ -30,7 +31,7 @@ def train(data: DataArg, cfg: CfgArg,
           log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1,
           progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
           chart: Annotated[bool, typer.Option(help="draw chart.png in the backup folder (needs matplotlib)")] = True,
-          dont_show: Annotated[bool, typer.Option("-dont_show", help="accepted for Darknet commands: no window is ever shown (chart.png is written)")] = False,
+          dont_show: DontShow = False,
           compat: Annotated[Optional[str], typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
@@ -63,7 +64,8 @@ def train(data: DataArg, cfg: CfgArg,
 def predict(data: DataArg, cfg: CfgArg,
             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
             images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
-            top: Annotated[Optional[int], typer.Option(min=1, help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
+            top: Annotated[Optional[int], typer.Option(min=1, help="how many classes to print (default: the .data file's `top`, else 1)")] = None,
+            dont_show: DontShow = False, clear: IgnoredClear = False):
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
     from ..parser import load_network
     from ..train.classifier import ClassifierData, predict_image
@@ -85,7 +87,8 @@ def valid(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
           top: Annotated[Optional[int], typer.Option(min=1, help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
           batch: Annotated[int, typer.Option(min=1, help="images per forward pass")] = 16,
-          verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
+          verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False,
+          dont_show: DontShow = False, clear: IgnoredClear = False):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""
     from ..errors import DataError
     from ..parser import load_network

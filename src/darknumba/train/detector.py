@@ -79,6 +79,7 @@ class TrainOptions:
     map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never,
                                    # -1: AlexeyAB's -map rule, see alexeyab.MapSchedule)
     map_epochs: int = 4            # -map: every map_epochs passes over the training images
+    map_thresh: float = 0.25       # -map: the confidence of its precision/recall lines (-thresh)
     parallel: object = None        # data_parallel.DataParallel to train on MPI ranks (None: one
                                    # process)
 
@@ -261,7 +262,8 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     tmap = None
     if opts.map_every:
         tmap = TrainingMap(dc, cfgfile, issues, net.dialect, MapSchedule(
-            opts.map_every, len(ds), imgs, net.burn_in, net.max_batches, start, opts.map_epochs))
+            opts.map_every, len(ds), imgs, net.burn_in, net.max_batches, start, opts.map_epochs),
+            thresh=opts.map_thresh)
     hours_left = HoursLeft()
     written: list[str] = []
 
