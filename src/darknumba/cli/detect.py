@@ -6,6 +6,7 @@ and a drawn predictions.png. Many (folders, globs, list files): batched, with a 
 one JSON line per image with --json."""
 from __future__ import annotations
 
+import json
 import sys
 import time
 from pathlib import Path
@@ -76,11 +77,11 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                   json_out=None) -> int:
     """Detect on every image with a vision.detector.Detector; print Darknet's lines and draw
     to `out` (predictions.png for one image), unless the JSON goes to stdout (then only to an
-    `out` given); write JSON lines to `json_out` (a path, '-' or an open text file). One image: an unreadable file is an error; several: it is
-    reported at the end and skipped, with a progress bar. Returns the number of images done."""
+    `out` given); write JSON lines to `json_out` (a path, '-' or an open text file). One
+    image: an unreadable file is an error; several: it is reported at the end and skipped,
+    with a progress bar. Returns the number of images done."""
     from tqdm import tqdm
 
-    from ..vision.detector import json_line
     single = len(paths) == 1
     text = json_out != "-"
     jf = None
@@ -117,7 +118,7 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                 if single:
                     warn(f"drawn predictions: {target}")
             if jf is not None:
-                jf.write(json_line(p.record) + "\n")
+                jf.write(json.dumps(p.record) + "\n")
                 jf.flush()
             done += 1
     finally:

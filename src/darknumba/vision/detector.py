@@ -20,9 +20,8 @@ A record is what `darknumba detect --json` writes, one JSON line per image:
         x, y, w, h                centre and size relative to the image (0..1, not clipped)
         objectness
 An unreadable file gives {"image": path, "error": message} from iter_predict; predict raises.
-The records keep the float32 values whole; `json_line` writes one as `--json` does, prob,
-objectness and x, y, w, h rounded to JSON_DIGITS (6) decimals (float32 holds about 7
-significant digits: the 6th decimal of a value below 1 is the last one it knows).
+prob, objectness and x, y, w, h are rounded to JSON_DIGITS (6) decimals: float32 holds about
+7 significant digits, so the 6th decimal of a value below 1 is about the last one it knows.
 """
 from __future__ import annotations
 
@@ -236,7 +235,8 @@ class Prediction:
             return {"image": self.source, "error": self.error}
         h, w = self.image.shape[1:]
         return {"image": self.source, "width": int(w), "height": int(h),
-                "detections": [{k: d[k] for k in RECORD_KEYS} for d in self.results]}
+                "detections": [{k: round(d[k], JSON_DIGITS) if k in ROUNDED_KEYS else d[k]
+                                for k in RECORD_KEYS} for d in self.results]}
 
     def lines(self) -> list[str]:
         """Darknet's printed lines, `name: NN%` (with -ext_output, AlexeyAB's box after it)."""
@@ -254,17 +254,6 @@ class Prediction:
         if path is not None:
             save_png(img, path)
         return img
-
-
-def json_line(record: dict) -> str:
-    """A record as the one JSON line `--json` writes (no newline): prob, objectness and
-    x, y, w, h rounded to JSON_DIGITS decimals."""
-    import json
-    if "detections" in record:
-        record = {**record, "detections": [
-            {k: round(v, JSON_DIGITS) if k in ROUNDED_KEYS else v for k, v in d.items()}
-            for d in record["detections"]]}
-    return json.dumps(record)
 
 
 def labelled(detections: list[dict]) -> list[dict]:
