@@ -39,7 +39,7 @@ def test_history_buffers_until_flush_and_appends(tmp_path):
     assert int(rows[4]["images"]) == 40 and float(rows[0]["rate"]) == 0.001
     secs = [float(r["seconds"]) for r in rows]
     assert secs == sorted(secs) and secs[0] >= 0
-    assert open(tmp_path / "net_history.csv").read().count(HEADER) == 1
+    assert (tmp_path / "net_history.csv").read_text().count(HEADER) == 1
 
 
 def test_resume_drops_rows_past_the_checkpoint_and_continues(tmp_path):
@@ -110,7 +110,8 @@ def test_detector_train_history_survives_a_crash_and_resume(shapes, tmp_path):
     def opts(**kw):
         return TrainOptions(backup=str(tmp_path), progress=False, workers=1,
                             schedule=Schedule(every=4, until=100, backup_every=1000), **kw)
-    quiet = lambda *a, **k: None                                 # noqa: E731
+    def quiet(*a, **k):
+        pass
     train_detector(data, cfg, opts(max_batches=6), log=quiet)   # checkpoints at 4, final at 6
     rows, _ = read_history(tmp_path / "tiny_history.csv")
     assert [r[0] for r in rows] == [1, 2, 3, 4, 5, 6]

@@ -8,8 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .darknet_flags import (DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut,
-                            IgnoredThresh)
+from .darknet_flags import DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut
 from .detector import detector_app
 from .options import CheckEveryOption, DialectOption, MpiTimeoutOption, SyncBnOption, not_nan
 
