@@ -50,7 +50,8 @@ def train(data: DataArg, cfg: CfgArg,
           check_every: CheckEveryOption = 100,
           mpi_timeout: MpiTimeoutOption = None,
 ):
-    """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
+    """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, with
+    <cfg>_history.csv (one row per iteration, continued on resume) and chart.png; Ctrl-C
     saves <cfg>.backup (alexeyab: <cfg>_last.weights; exit status 130); starting from a
     checkpoint resumes at its `seen`. An AlexeyAB network trains as AlexeyAB's Darknet does:
     mosaic, letter_box, blur, gaussian_noise, mixup from [net];
