@@ -62,7 +62,7 @@ def test_train_predict_valid(example):
     r = runner.invoke(app, ["classifier", "train", data, cfg, "--max-batches", "6",
                             "--backup", str(example / "backup")])
     assert r.exit_code == 0, r.output
-    lines = [l for l in r.output.splitlines() if re.match(r"^\d+, \d+\.\d+: ", l)]
+    lines = [l for l in r.stdout.splitlines() if re.match(r"^\d+, \d+\.\d+: ", l)]
     assert len(lines) == 6 and lines[-1].startswith("6, 1.000: ")       # 48 images: one epoch
     weights = example / "backup" / "small.weights"
     assert weights.exists() and (example / "backup" / "small_1.weights").exists()
@@ -82,4 +82,4 @@ def test_train_predict_valid(example):
     r = runner.invoke(app, ["classifier", "train", data, cfg, str(weights), "--max-batches", "7",
                             "--backup", str(example / "backup")])
     assert r.exit_code == 0, r.output
-    assert "loaded 10 of 10 layers" in r.output and re.search(r"^7, ", r.output, re.M)
+    assert "loaded 10 of 10 layers" in r.output and re.search(r"^7, ", r.stdout, re.M)

@@ -109,6 +109,8 @@ def test_two_ranks_train_what_one_process_trains(shapes, reference):
     assert "each rank trains mini-batches 0..0 of 2" in out
     cores = len(os.sched_getaffinity(0))
     assert f"{max(1, cores // 2)} thread(s) each" in out      # the cores shared out
+    rows = (root / "two" / "sub2_history.csv").read_text().splitlines()[1:]
+    assert [r.split(",")[0] for r in rows] == [str(i) for i in range(1, ITERS + 1)]  # rank 0's
     assert_same_weights(sub2, root / "one" / "sub2_final.weights",
                         root / "two" / "sub2_final.weights")
 

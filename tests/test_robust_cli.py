@@ -350,7 +350,7 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(world,
     assert err == (f"darknumba: error: cannot write checkpoint {backup / 'c3.backup'}: the disk is "
                    f"full; existing files are unchanged (last checkpoint of this run: "
                    f"{backup / 'c3.backup'})\n")
-    assert sorted(os.listdir(backup)) == ["c3.backup"]                     # no temporary left
+    assert sorted(os.listdir(backup)) == ["c3.backup", "c3_history.csv"]   # no temporary left
     assert dn.load_network(world["nets"][3][0], backup / "c3.backup").seen == 4   # iteration 1
 
 

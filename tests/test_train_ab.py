@@ -122,7 +122,7 @@ def test_train_with_mosaic_and_map_writes_alexeyabs_files(shapes, tmp_path):
     assert r["final_iteration"] == 6 and np.isfinite(r["loss"])
     assert sorted(os.listdir(tmp_path)) == ["ab-tiny_4.weights", "ab-tiny_best.weights",
                                             "ab-tiny_ema.weights", "ab-tiny_final.weights",
-                                            "ab-tiny_last.weights"]
+                                            "ab-tiny_history.csv", "ab-tiny_last.weights"]
     its = [m for m in lines if m.split(":")[0].isdigit()]
     assert len(its) == 6 and all("avg loss" in m and "hours left" in m for m in its)
     assert any("mean_average_precision (mAP@0.50) = " in m for m in lines)
@@ -157,6 +157,7 @@ def test_cli_grammar_as_alexeyab(shapes, tmp_path):
     assert "1: " in r.output and "avg loss" in r.output and "New best mAP!" in r.output
     assert sorted(os.listdir(tmp_path / "ft")) == ["ab-tiny_best.weights", "ab-tiny_ema.weights",
                                                   "ab-tiny_final.weights",
+                                                  "ab-tiny_history.csv",
                                                   "ab-tiny_last.weights"]
     r = run(app, ["detector", "train", str(data), str(cfg), "--dialect", "darknet"])
     assert r.exit_code != 0 and "pjreddie or alexeyab" in r.output

@@ -115,7 +115,8 @@ def test_loss_falls_checkpoints_on_schedule_and_resume(shapes, tmp_path):
     r = train_detector(data, cfg, _opts(tmp_path, max_batches=20), log=log)
     assert r["final_iteration"] == 20 and not r["interrupted"]
     names = sorted(os.listdir(tmp_path))
-    assert names == ["tiny.backup", "tiny_10.weights", "tiny_20.weights", "tiny_final.weights"]
+    assert names == ["tiny.backup", "tiny_10.weights", "tiny_20.weights", "tiny_final.weights",
+                     "tiny_history.csv"]
     assert _seen(tmp_path / "tiny_10.weights") == 10 * 8
     assert _seen(tmp_path / "tiny_final.weights") == 20 * 8
 
@@ -186,7 +187,7 @@ def test_nan_loss_stops_naming_iteration_and_layer(shapes, tmp_path, monkeypatch
     with pytest.raises(TrainingStopped, match=r"iteration 3: loss is nan .*layer 2 \(convolutional\)"
                                              r".*tiny_2.weights"):
         train_detector(data, cfg, opts, log=lambda *a, **k: None)
-    assert sorted(os.listdir(tmp_path)) == ["tiny.backup", "tiny_2.weights"]
+    assert sorted(os.listdir(tmp_path)) == ["tiny.backup", "tiny_2.weights", "tiny_history.csv"]
 
 
 SCRIPT = """
@@ -238,7 +239,7 @@ def test_kill_during_checkpoint_write_keeps_previous_checkpoint(shapes, tmp_path
     proc.wait(30)
     leftovers = [n for n in os.listdir(backup) if n.startswith(".tmp-")]
     assert leftovers, "the kill did not land inside a write"
-    assert sorted(os.listdir(backup)) == sorted(["tiny.backup"] + leftovers)
+    assert sorted(os.listdir(backup)) == sorted(["tiny.backup", "tiny_history.csv"] + leftovers)
     net = dn.load_network(cfg, backup / "tiny.backup")      # loads: complete and well-formed
     assert net.seen == 1 * 8                                 # the iteration-1 checkpoint
 

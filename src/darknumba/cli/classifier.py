@@ -9,6 +9,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from .darknet_flags import DontShow, IgnoredClear
 from .options import CheckEveryOption, MpiTimeoutOption, SyncBnOption
 
 classifier_app = typer.Typer(rich_markup_mode=None, help="Darknet's classifier commands: train, predict, valid; "
@@ -22,12 +23,15 @@ CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darkn
 def train(data: DataArg, cfg: CfgArg,
           weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
                                                             help="starting weights (full or partial)")] = None,
-          clear: Annotated[bool, typer.Option(help="reset the seen-images count (fine-tuning)")] = False,
+          clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset the seen-images count (fine-tuning)")] = False,
           max_batches: Annotated[Optional[int], typer.Option(min=0, help="override [net] max_batches")] = None,
           backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
           seed: Annotated[int, typer.Option(min=0, help="random seed (initial weights, batches, augmentation)")] = 0,
           workers: Annotated[int, typer.Option(min=1, help="image loading threads")] = 2,
           log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1,
+          progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
+          chart: Annotated[bool, typer.Option(help="draw chart.png in the backup folder (needs matplotlib)")] = True,
+          dont_show: DontShow = False,
           compat: Annotated[Optional[str], typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
@@ -36,8 +40,9 @@ def train(data: DataArg, cfg: CfgArg,
           mpi_timeout: MpiTimeoutOption = None,
 ):
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
-    rate, seconds, images`; writes CFG_<epoch>.weights each epoch, CFG.backup every 1000
-    iterations and CFG.weights at the end (Ctrl-C: finish the iteration, save, exit status 130).
+    rate, seconds, images` under a progress bar; writes CFG_<epoch>.weights each epoch,
+    CFG.backup every 1000 iterations and CFG.weights at the end, CFG_history.csv and chart.png
+    beside them (Ctrl-C: finish the iteration, save, exit status 130).
     Under `mpirun -np N` the N processes train one network, sharing each iteration's
     mini-batches."""
     from ..train.classifier import ClassifierTrainOptions, train_classifier
@@ -46,6 +51,7 @@ def train(data: DataArg, cfg: CfgArg,
     opts = ClassifierTrainOptions(weights=str(weights) if weights else None, clear=clear,
                                   seed=seed, workers=workers, max_batches=max_batches,
                                   backup=str(backup) if backup else None, log_every=log_every,
+                                  progress=progress, chart=chart,
                                   compat=check_compat(compat))
     result = run_training(train_classifier, str(data), str(cfg), opts,
                           lambda m, file=None: typer.echo(m, err=file is sys.stderr), sync_bn,
@@ -58,7 +64,8 @@ def train(data: DataArg, cfg: CfgArg,
 def predict(data: DataArg, cfg: CfgArg,
             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
             images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
-            top: Annotated[Optional[int], typer.Option(min=1, help="how many classes to print (default: the .data file's `top`, else 1)")] = None):
+            top: Annotated[Optional[int], typer.Option(min=1, help="how many classes to print (default: the .data file's `top`, else 1)")] = None,
+            dont_show: DontShow = False, clear: IgnoredClear = False):
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
     from ..parser import load_network
     from ..train.classifier import ClassifierData, predict_image
@@ -80,7 +87,8 @@ def valid(data: DataArg, cfg: CfgArg,
           weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
           top: Annotated[Optional[int], typer.Option(min=1, help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
           batch: Annotated[int, typer.Option(min=1, help="images per forward pass")] = 16,
-          verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False):
+          verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False,
+          dont_show: DontShow = False, clear: IgnoredClear = False):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""
     from ..errors import DataError
     from ..parser import load_network

@@ -75,10 +75,12 @@ def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | N
 
 
 def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
-                  json_out: Optional[str] = None) -> int:
-    """Detect on every image with a vision.detector.Detector; print Darknet's lines (unless the JSON goes to stdout), draw to
-    `out`, write JSON lines. One image: an unreadable file is an error; several: it is
-    reported at the end and skipped, with a progress bar. Returns the number of images done."""
+                  json_out=None) -> int:
+    """Detect on every image with a vision.detector.Detector; print Darknet's lines and draw
+    to `out` (predictions.png for one image), unless the JSON goes to stdout (then only to an
+    `out` given); write JSON lines to `json_out` (a path, '-' or an open text file). One
+    image: an unreadable file is an error; several: it is reported at the end and skipped,
+    with a progress bar. Returns the number of images done."""
     from tqdm import tqdm
 
     single = len(paths) == 1
@@ -86,6 +88,8 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
     jf = None
     if json_out == "-":
         jf = sys.stdout
+    elif hasattr(json_out, "write"):
+        jf = json_out
     elif json_out:
         Path(json_out).parent.mkdir(parents=True, exist_ok=True)
         jf = open(json_out, "w")
@@ -108,7 +112,8 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                      if detector.alexeyab else f"{p.source}: Predicted in {p.seconds:f} seconds.")
                 for line in p.lines():
                     echo(line)
-            target = _out_path(out, Path(p.source), single, used)
+            target = _out_path(out, Path(p.source), single, used) \
+                if text or out is not None else None
             if target is not None:
                 p.draw(target)
                 if single:
@@ -119,7 +124,7 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
             done += 1
     finally:
         bar.close()
-        if jf is not None and jf is not sys.stdout:
+        if jf is not None and jf is not sys.stdout and jf is not json_out:
             jf.close()
     elapsed = time.perf_counter() - start
     for err in skipped:
@@ -152,7 +157,7 @@ def detect(
              "one video file (.mp4, .avi, .mkv, .mov, .webm ...; needs darknumba[video])",
         show_default=False)] = None,
     thresh: Annotated[float, typer.Option(
-        callback=not_nan,
+        "--thresh", "-thresh", callback=not_nan,
         help="print boxes whose class probability is > this")] = 0.5,
     nms: Annotated[float, typer.Option(
         callback=not_nan, help="IoU above which a less probable box of the same class is "
@@ -161,12 +166,13 @@ def detect(
         callback=not_nan, help="hierarchical threshold (only region layers with a class tree "
                                "use it; none on yolo outputs)")] = 0.5,
     out: Annotated[Optional[Path], typer.Option(
-        help="one image: the PNG to draw (default predictions.png); several: a folder for "
-             "one PNG each (default: none drawn); a video: the video to draw (.mp4, .avi, "
-             ".mkv, .mov, .webm; default: none)", show_default=False)] = None,
+        "--out", "-out", help="one image: the PNG to draw (default predictions.png); several: "
+        "a folder for one PNG each (default: none drawn); a video: the video to draw (.mp4, "
+        ".avi, .mkv, .mov, .webm; default: none)", show_default=False)] = None,
     json_out: Annotated[Optional[str], typer.Option(
-        "--json", help="write one JSON line per image (video: per frame) to this file ('-': stdout, instead of "
-                       "the text lines)", show_default=False)] = None,
+        "--json", help="write one JSON line per image (video: per frame) to this file ('-': "
+                       "stdout, instead of the text lines and predictions.png)",
+        show_default=False)] = None,
     batch: Annotated[int, typer.Option(min=1, help="images (video frames) per forward pass")] = 1,
     names: Annotated[Optional[Path], typer.Option(
         exists=True, dir_okay=False, help="class names, one per line (default: coco.names)",
@@ -208,7 +214,7 @@ def detect(
                            "letterbox": True if letter_box else letterbox, "dialect": dialect,
                            "ext_output": ext_output}, video, out, json_out, batch)
         return
-    paths = expand_images(image_args) if image_args else [sample_image()]
+    paths = expand_images(image_args, log=warn) if image_args else [sample_image()]
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
                         nms=nms, hier=hier, names=names,
                         letterbox=True if letter_box else letterbox, dialect=dialect,

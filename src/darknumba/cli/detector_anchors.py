@@ -8,6 +8,8 @@ from typing import Annotated
 import numpy as np
 import typer
 
+from .darknet_flags import (DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut,
+                            IgnoredThresh)
 from .detector import detector_app
 
 
@@ -17,7 +19,10 @@ def calc_anchors(data: Annotated[Path, typer.Argument(exists=True, dir_okay=Fals
                  height: Annotated[int, typer.Option("-height", "--height", min=1, help="network input height")] = 416,
                  seed: Annotated[int, typer.Option(help="seed for the initial centres")] = 0,
                  out: Annotated[Path, typer.Option(help="folder for anchors.txt and counters_per_class.txt")] = Path("."),
-                 show: Annotated[bool, typer.Option("-show", hidden=True, help="accepted; no window is shown")] = False):
+                 show: Annotated[bool, typer.Option("-show", hidden=True, help="accepted; no window is shown")] = False,
+                 dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
+                 map_flag: IgnoredMap = False, clear: IgnoredClear = False,
+                 thresh: IgnoredThresh = None, out_flag: IgnoredOut = None):
     """k-means of the training boxes (distance 1 - IoU), as AlexeyAB's calc_anchors."""
     from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
     from ..train.anchors import calc_anchors as compute

@@ -9,11 +9,43 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
-from .detector_test import SWITCHES, _darknet_flags, _number
 from .options import DialectOption, not_nan
 from .video import detect_video_file
 
 VALUES = ("thresh", "hier", "nms", "out_filename")
+# -map and -clear: run_detector parses them for every sub-command; the demo ignores them
+SWITCHES = ("ext_output", "dont_show", "letter_box", "map", "clear")
+
+
+def _darknet_flags(extra: list[str], values=VALUES, switches=SWITCHES) -> dict:
+    """Darknet's single-dash options after the positional arguments: VALUES take a value,
+    SWITCHES stand alone."""
+    flags, i = {}, 0
+    while i < len(extra):
+        key = extra[i].lstrip("-")
+        if key in values and i + 1 < len(extra):
+            flags[key] = extra[i + 1]
+            i += 2
+        elif key in switches:
+            flags[key] = True
+            i += 1
+        else:
+            raise typer.BadParameter(
+                f"unknown option {extra[i]!r} (Darknet's: "
+                + " ".join(f"-{k} X" for k in values) + ", "
+                + ", ".join(f"-{k}" for k in switches) + ")")
+    return flags
+
+
+def _number(flags: dict, key: str, default: float | None) -> float | None:
+    """-KEY's value as a checked number; `default` (already checked) when not given."""
+    if key not in flags:
+        return default
+    try:
+        value = float(flags[key])
+    except ValueError:
+        raise typer.BadParameter(f"-{key} takes a number, not {flags[key]!r}") from None
+    return not_nan(value)
 
 
 def detector_demo(

@@ -1,55 +1,22 @@
 """`darknumba detector test DATA CFG WEIGHTS [IMAGE]`: Darknet's own grammar for detection,
-so Darknet users' commands work unchanged (names from the .data file, -thresh/-hier/-out)."""
+so Darknet users' commands work unchanged (names from the .data file, -thresh/-hier/-out).
+`-out` is pjreddie's drawing name, except a name ending in .json: AlexeyAB's `-out
+result.json` (the detections of every image read, in darknumba's JSON lines)."""
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
+from .darknet_flags import DontShow, IgnoredClear, IgnoredMap
 from .detect import run_detection, warn
 from .options import DialectOption, not_nan
 
 
-SWITCHES = ("ext_output", "dont_show", "letter_box")
-
-
-def _darknet_flags(extra: list[str], values=("thresh", "hier", "out", "nms"),
-                   switches=SWITCHES) -> dict:
-    """Darknet's single-dash options after the positional arguments: -thresh, -hier, -out,
-    -nms with a value; AlexeyAB's switches -ext_output, -dont_show, -letter_box (or the
-    command's own `values` and `switches`)."""
-    flags, i = {}, 0
-    while i < len(extra):
-        key = extra[i].lstrip("-")
-        if key in values and i + 1 < len(extra):
-            flags[key] = extra[i + 1]
-            i += 2
-        elif key in switches:
-            flags[key] = True
-            i += 1
-        else:
-            raise typer.BadParameter(
-                f"unknown option {extra[i]!r} (Darknet's: "
-                + " ".join(f"-{k} X" for k in values) + ", "
-                + ", ".join(f"-{k}" for k in switches) + ")")
-    return flags
-
-
-def _number(flags: dict, key: str, default: float | None) -> float | None:
-    """-KEY's value as a checked number; `default` (already checked) when not given."""
-    if key not in flags:
-        return default
-    try:
-        value = float(flags[key])
-    except ValueError:
-        raise typer.BadParameter(f"-{key} takes a number, not {flags[key]!r}") from None
-    return not_nan(value)
-
-
 def detector_test(
-    ctx: typer.Context,
     datacfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
                                             help="Darknet .data file (its `names` are used)")],
     cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg")],
@@ -58,12 +25,27 @@ def detector_test(
         help="the image (none: ask for paths on stdin, as Darknet does)",
         show_default=False)] = None,
     thresh: Annotated[Optional[float], typer.Option(
-        callback=not_nan, help="class probability threshold (or -thresh; default 0.5, "
-                               "AlexeyAB's 0.25)", show_default=False)] = None,
-    hier: Annotated[float, typer.Option(callback=not_nan, help="hierarchical threshold (or -hier)")] = 0.5,
-    nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU threshold")] = 0.45,
-    out: Annotated[str, typer.Option(help="drawing, PNG; `.png` is added when the name has no "
-                                          "suffix (or -out)")] = "predictions",
+        "--thresh", "-thresh", callback=not_nan,
+        help="class probability threshold (default 0.5, AlexeyAB's 0.25)",
+        show_default=False)] = None,
+    hier: Annotated[float, typer.Option("--hier", "-hier", callback=not_nan, help="hierarchical threshold")] = 0.5,
+    nms: Annotated[float, typer.Option("--nms", "-nms", callback=not_nan, help="NMS IoU threshold")] = 0.45,
+    out: Annotated[Optional[str], typer.Option(
+        "--out", "-out",
+        help="drawing, PNG; `.png` is added when the name has no suffix (default "
+             "predictions); NAME.json: the JSON lines instead (AlexeyAB's -out result.json)",
+        show_default=False)] = None,
+    json_out: Annotated[Optional[str], typer.Option(
+        "--json", help="write one JSON line per image to this file ('-': stdout, instead of "
+                       "the text lines and predictions.png)", show_default=False)] = None,
+    ext_output: Annotated[bool, typer.Option(
+        "--ext-output", "-ext_output", help="print each box's left_x, top_y, width, height "
+                                            "(AlexeyAB's -ext_output)")] = False,
+    letter_box: Annotated[bool, typer.Option(
+        "-letter_box", help="AlexeyAB's flag: letterbox the image to the network")] = False,
+    dont_show: DontShow = False,
+    map_flag: IgnoredMap = False,
+    clear: IgnoredClear = False,
     dialect: DialectOption = None,
 ):
     """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`,
@@ -72,31 +54,31 @@ def detector_test(
     -letter_box or [net] letter_box=1, threshold 0.25, its NMS kind and print order."""
     from ..data.datasets import names_file_of
     from ..vision.detector import Detector, expand_images
-    flags = _darknet_flags(ctx.args)
-    thresh, hier, nms = (_number(flags, k, v) for k, v in
-                         (("thresh", thresh), ("hier", hier), ("nms", nms)))
-    target = Path(flags.get("out", out))
-    if not target.suffix:
+    if out is not None and out.lower().endswith(".json"):
+        json_out, out = json_out or out, None
+    target = None if out is None and json_out == "-" else Path(out or "predictions")
+    if target is not None and not target.suffix:
         target = target.with_name(target.name + ".png")
     detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
                         nms=nms, names=names_file_of(datacfg), dialect=dialect,
-                        letterbox=True if flags.get("letter_box") else None,
-                        ext_output=bool(flags.get("ext_output")), log=warn)
+                        letterbox=True if letter_box else None, ext_output=ext_output, log=warn)
     if thresh is None and detector.alexeyab:
         detector.thresh = 0.25                  # AlexeyAB's detector test default
-    if image is not None:
-        run_detection(detector, expand_images([image])[:1], out=target)
-        return
-    while True:
-        typer.echo("Enter Image Path: ", nl=False)
-        line = sys.stdin.readline()
-        if not line:
+    with (open(json_out, "w") if json_out not in (None, "-")
+          else contextlib.nullcontext(json_out)) as jf:
+        if image is not None:
+            run_detection(detector, expand_images([image])[:1], out=target, json_out=jf)
             return
-        if line.strip():
-            run_detection(detector, [Path(line.strip())], out=target)
+        while True:
+            if jf != "-":
+                typer.echo("Enter Image Path: ", nl=False)
+            line = sys.stdin.readline()
+            if not line:
+                return
+            if line.strip():
+                run_detection(detector, [Path(line.strip())], out=target, json_out=jf)
 
 
 def register(app: typer.Typer):
     from .detector import detector_app
-    detector_app.command("test", context_settings={"allow_extra_args": True,
-                                                   "ignore_unknown_options": True})(detector_test)
+    detector_app.command("test")(detector_test)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
+from .darknet_flags import DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut
 from .detector import detector_app
 from .options import CheckEveryOption, DialectOption, MpiTimeoutOption, SyncBnOption, not_nan
 
@@ -37,7 +38,10 @@ def train(data: DataArg, cfg: CfgArg,
           map_flag: Annotated[bool, typer.Option("--map", "-map", help="AlexeyAB's -map: mAP@0.5 every 4 epochs, at least 100 iterations apart, not before burn_in, and at the end; <cfg>_best.weights when it improves")] = False,
           map_epochs: Annotated[int, typer.Option("--map-epochs", "-mAP_epochs", min=1, help="-map: epochs between measurements")] = 4,
           dialect: DialectOption = None,
-          dont_show: Annotated[bool, typer.Option("-dont_show", hidden=True, help="accepted for Darknet commands; no window is ever shown")] = False,
+          map_thresh: Annotated[float, typer.Option("--map-thresh", "-thresh", callback=not_nan, help="mAP during training: the confidence of its precision/recall/F1/IoU lines (AlexeyAB's -thresh)")] = 0.25,
+          dont_show: DontShow = False,
+          ext_output: IgnoredExtOutput = False,
+          out_flag: IgnoredOut = None,
           progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
           compat: Annotated[str | None, typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
@@ -46,7 +50,8 @@ def train(data: DataArg, cfg: CfgArg,
           check_every: CheckEveryOption = 100,
           mpi_timeout: MpiTimeoutOption = None,
 ):
-    """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, Ctrl-C
+    """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, with
+    <cfg>_history.csv (one row per iteration, continued on resume) and chart.png; Ctrl-C
     saves <cfg>.backup (alexeyab: <cfg>_last.weights; exit status 130); starting from a
     checkpoint resumes at its `seen`. An AlexeyAB network trains as AlexeyAB's Darknet does:
     mosaic, letter_box, blur, gaussian_noise, mixup from [net];
@@ -64,7 +69,8 @@ def train(data: DataArg, cfg: CfgArg,
                         schedule=Schedule(checkpoint_every, checkpoint_until,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
-                        map_epochs=map_epochs, compat=check_compat(compat), dialect=dialect)
+                        map_epochs=map_epochs, map_thresh=map_thresh, compat=check_compat(compat),
+                        dialect=dialect)
     result = run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
                           mpi_timeout)
     if result["interrupted"]:
@@ -113,7 +119,9 @@ def _warn(msg):
 def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
          thresh: Annotated[float, typer.Option("--thresh", "-thresh", callback=not_nan, help="confidence for precision/recall/F1/IoU")] = 0.25,
          iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", callback=not_nan, help="IoU for a true positive (mAP@IoU)")] = 0.5,
-         points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = 0):
+         points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = 0,
+         dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
+         map_flag: IgnoredMap = False, clear: IgnoredClear = False, out_flag: IgnoredOut = None):
     """AlexeyAB's map: per-class AP and TP/FP, P/R/F1/avg IoU at --thresh, mAP@--iou-thresh by
     the --points rule; then COCOeval's 12 figures (AP@[.5:.95], AP50, AP75, APs/m/l, AR),
     computed as pycocotools computes them."""
@@ -134,7 +142,11 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
            thresh: Annotated[float, typer.Option(callback=not_nan, help="objectness for a proposal")] = 0.001,
            iou_thresh: Annotated[float, typer.Option(callback=not_nan, help="IoU for a truth to count as found")] = 0.5,
-           nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.4):
+           nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.4,
+           dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
+           map_flag: IgnoredMap = False, clear: IgnoredClear = False,
+           thresh_flag: Annotated[Optional[float], typer.Option("-thresh", help="Darknet's -thresh: accepted and ignored (Darknet's recall uses a fixed .001; --thresh sets it here)", show_default=False)] = None,
+           out_flag: IgnoredOut = None):
     """validate_detector_recall: per image, truths found by any proposal, proposals per image,
     average best IoU."""
     from ..data.datasets import valid_dataset
@@ -147,9 +159,12 @@ def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 
 def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
           out: Annotated[Path, typer.Option(help="results folder")] = Path("results"),
-          prefix: Annotated[str, typer.Option(help="per-class file prefix")] = "comp4_det_test_",
+          prefix: Annotated[str, typer.Option("--prefix", "-out", help="per-class file prefix (Darknet's -out)")] = "comp4_det_test_",
           thresh: Annotated[float, typer.Option(callback=not_nan, help="probability threshold")] = 0.005,
-          nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.45):
+          nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.45,
+          dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
+          map_flag: IgnoredMap = False, clear: IgnoredClear = False,
+          thresh_flag: Annotated[Optional[float], typer.Option("-thresh", help="Darknet's -thresh: accepted and ignored (Darknet's valid uses a fixed .005; --thresh sets it here)", show_default=False)] = None):
     """validate_detector: per-class result files (`<prefix><class>.txt`: id score xmin ymin xmax
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
     from ..data.datasets import get_paths, read_data_cfg

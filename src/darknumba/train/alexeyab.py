@@ -85,17 +85,18 @@ class MapSchedule:
 class TrainingMap:
     """mAP on the .data file's valid list during training (AlexeyAB's -map): a test copy of
     the network (batch 8, the cfg size, the training network's dialect) gets the weights,
-    validate_detector_map runs at thresh .25 and IoU .5, and the best of the run is kept."""
+    validate_detector_map runs at thresh .25 (-thresh) and IoU .5, and the best of the run is
+    kept."""
 
     def __init__(self, dc, cfgfile, issues, dialect: str, schedule: MapSchedule,
-                 iou_thresh: float = 0.5):
+                 iou_thresh: float = 0.5, thresh: float = 0.25):
         lst = dc.resolve(dc.valid)
         if not lst:
             raise DarknumbaError(f"{dc.path}: mAP during training needs a `valid` list")
         self.ds = DetectionDataset(get_paths(lst), dc.classes, issues)
         self.net = load_network(cfgfile, None, batch=8, dialect=dialect)
         self.classes, self.names = dc.classes, dc.class_names()
-        self.schedule, self.iou_thresh = schedule, iou_thresh
+        self.schedule, self.iou_thresh, self.thresh = schedule, iou_thresh, thresh
         self.last = self.best = -1.0
 
     def status(self) -> list[str]:
@@ -114,7 +115,7 @@ class TrainingMap:
             for (_, a), (_, b) in zip(src.weight_records(), dst.weight_records()):
                 b[:] = a
         r = evaluate_map(self.net, self.ds.paths, self.ds.boxes, self.classes, self.names,
-                         iou_thresh=self.iou_thresh)
+                         thresh=self.thresh, iou_thresh=self.iou_thresh)
         self.schedule.done(i)
         self.last = r.mean_ap
         log(r.report())

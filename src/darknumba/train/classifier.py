@@ -29,6 +29,7 @@ from ..vision.augment import rand_scale, rand_uniform, random_distort_image
 from ..vision.image import letterbox_image, load_image, resize_image
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
+from .history import Progress, TrainingHistory
 
 
 # -- the .data file and labels -----------------------------------------------------------------
@@ -189,6 +190,9 @@ class ClassifierTrainOptions:
     max_batches: int | None = None
     backup_every: int = 1000        # CFG.backup every N iterations (Darknet: 1000)
     log_every: int = 1
+    progress: bool = True           # tqdm bar with ETA
+    chart: bool = True              # chart.png (needs matplotlib)
+    chart_every: int = 10
     parallel: object = None         # data_parallel.DataParallel to train on MPI ranks (None: one
                                     # process)
 
@@ -258,16 +262,20 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
         f"{net.subdivisions}), learning rate {net.learning_rate}, momentum {net.momentum}, "
         f"decay {net.decay}; crops {aug.min_size}..{aug.max_size} -> {net.w}")
     written = []
+    start = net.current_batch()
+    history = TrainingHistory(backup, base, start, net.max_batches, opts.chart, par.is_root,
+                              log)
 
     def save(path):
         if par.is_root:
+            history.flush()
             save_checkpoint(net, path, written[-1] if written else None)
         written.append(path)
         log(f"Saving weights to {path}")
 
     loader = _BatchLoader(paths, idx, dc.classes, net.w, aug, imgs,
-                          [opts.seed, net.current_batch()], opts.workers, par.positions(),
-                          net.c)
+                          [opts.seed, start], opts.workers, par.positions(), net.c)
+    bar = Progress(net.max_batches, start, opts.progress, log)
     epoch = net.seen // N
     avg_loss, loss, interrupted = -1.0, math.nan, False
     try:
@@ -279,10 +287,13 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
                                            stop) / imgs
                 avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 i = net.current_batch()
-                if i % opts.log_every == 0:
-                    log(f"{i}, {net.seen / N:.3f}: {loss:f}, {avg_loss:f} avg, "
+                line = (f"{i}, {net.seen / N:.3f}: {loss:f}, {avg_loss:f} avg, "
                         f"{net.current_rate():f} rate, {time.time() - t0:f} seconds, "
                         f"{net.seen} images")
+                bar.step([line] if i % opts.log_every == 0 else [], loss, avg_loss)
+                history.add(i, loss, avg_loss, net.current_rate(), net.seen)
+                if i % opts.chart_every == 0:
+                    history.draw()
                 if net.seen // N > epoch:
                     epoch = net.seen // N
                     save(os.path.join(backup, f"{base}_{epoch}.weights"))
@@ -293,7 +304,10 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
                     break
     finally:
         loader.close()
+        bar.close()
+        history.flush()         # rows past the last checkpoint too: a resume drops them
     save(os.path.join(backup, f"{base}.weights"))
+    history.draw()
     return {"iterations": net.current_batch(), "loss": loss, "avg_loss": avg_loss,
             "written": written, "interrupted": interrupted, "net": net}
 

@@ -24,10 +24,11 @@ from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
 from ..vision.augment_ab import AbAugmentConfig
-from ..weights import atomic_write, load_weights, peek_version, plan_weights, save_weights
+from ..weights import load_weights, peek_version, plan_weights, save_weights
 from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
                        iteration_line)
 from .checkpoint import remove_stale_temps, save_checkpoint
+from .history import Progress, TrainingHistory
 
 
 class TrainingStopped(DarknumbaError):
@@ -78,6 +79,7 @@ class TrainOptions:
     map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never,
                                    # -1: AlexeyAB's -map rule, see alexeyab.MapSchedule)
     map_epochs: int = 4            # -map: every map_epochs passes over the training images
+    map_thresh: float = 0.25       # -map: the confidence of its precision/recall lines (-thresh)
     parallel: object = None        # data_parallel.DataParallel to train on MPI ranks (None: one
                                    # process)
 
@@ -172,56 +174,6 @@ def yolo_stats_lines(net) -> list[str]:
     return [l.stats_line() for l in net.layers if l.type in ("yolo", "region") and l.stats_line()]
 
 
-class LossChart:
-    """chart.png like AlexeyAB's: loss and average loss per iteration, mAP when measured."""
-
-    def __init__(self, path, max_batches):
-        self.path, self.max_batches = path, max_batches
-        self.iters, self.loss, self.avg = [], [], []
-        self.map_points: list[tuple[int, float]] = []
-        try:
-            import matplotlib
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-            self.plt = plt
-        except ImportError:
-            self.plt = None
-
-    def add(self, i, loss, avg):
-        self.iters.append(i)
-        self.loss.append(loss)
-        self.avg.append(avg)
-
-    def save(self):
-        if self.plt is None or not self.iters:
-            return
-        plt = self.plt
-        fig, ax = plt.subplots(figsize=(8, 5), dpi=100)
-        ax.plot(self.iters, self.loss, color="0.75", lw=0.8, label="loss")
-        ax.plot(self.iters, self.avg, color="tab:blue", lw=1.5, label="avg loss")
-        ax.set_xlim(0, max(self.max_batches, self.iters[-1]))
-        tail = self.avg[len(self.avg) // 10:] if len(self.avg) > 20 else self.avg
-        top = 1.5 * max(tail)           # the first iterations' huge losses would flatten the rest
-        ax.set_ylim(0, max(top, 1e-3))
-        ax.set_xlabel("iteration")
-        ax.set_ylabel("loss")
-        ax.grid(alpha=0.3)
-        if self.map_points:
-            ax2 = ax.twinx()
-            x, y = zip(*self.map_points)
-            ax2.plot(x, [100 * v for v in y], "o-", color="tab:red", label="mAP@0.5 %")
-            ax2.set_ylim(0, 100)
-            ax2.set_ylabel("mAP@0.5 %")
-            ax2.legend(loc="lower right")
-        ax.legend(loc="upper left")
-        ax.set_title(f"iteration {self.iters[-1]}: avg loss {self.avg[-1]:.4f}")
-        import io
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")
-        plt.close(fig)
-        atomic_write(self.path, buf.getvalue())
-
-
 class StopFlag:
     """Ctrl-C sets `requested`; the loop stops between iterations when `set`, the same flag in
     one process (data-parallel ranks, `shared`, set it together from every rank's request);
@@ -305,19 +257,19 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         f"learning rate {net.learning_rate}, momentum {net.momentum}, decay {net.decay}; "
         f"starting at iteration {start} of {net.max_batches}")
     aug, scales, schedule, ema = dialect_rules(net, dc, opts, start, log)
-    chart = LossChart(os.path.join(backup_dir, "chart.png"), net.max_batches)
-    if opts.chart and chart.plt is None:
-        log("chart.png: matplotlib is not installed (pip install darknumba[chart]); no chart",
-            file=sys.stderr)
+    history = TrainingHistory(backup_dir, base, start, net.max_batches, opts.chart,
+                              par.is_root, log)
     tmap = None
     if opts.map_every:
         tmap = TrainingMap(dc, cfgfile, issues, net.dialect, MapSchedule(
-            opts.map_every, len(ds), imgs, net.burn_in, net.max_batches, start, opts.map_epochs))
+            opts.map_every, len(ds), imgs, net.burn_in, net.max_batches, start, opts.map_epochs),
+            thresh=opts.map_thresh)
     hours_left = HoursLeft()
     written: list[str] = []
 
     def save(path):
         if par.is_root:
+            history.flush()
             save_checkpoint(net, path, written[-1] if written else None)
         written.append(path)
         log(f"Saving weights to {path}")
@@ -331,11 +283,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
             written.append(path)
             log(f" EMA weights are saved to the file: {path}")
 
-    bar = None
-    if opts.progress:
-        from tqdm import tqdm
-        bar = tqdm(total=net.max_batches, initial=start, unit="it", dynamic_ncols=True,
-                   file=sys.stderr, leave=False)
+    bar = Progress(net.max_batches, start, opts.progress, log)
     avg_loss = -1.0
     loss = math.nan
     i = start
@@ -368,25 +316,18 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                     line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
                             f"{seconds:f} seconds, {i * imgs} images "
                             f"(loaded in {t_load:.3f} s)")
-                texts = (tmap.status() if tmap is not None else []) + [line]
-                if bar is not None:
-                    for text in texts:
-                        bar.write(text, file=sys.stdout)
-                    bar.update(1)
-                    bar.set_postfix(loss=f"{loss:.3f}", avg=f"{avg_loss:.3f}")
-                else:
-                    for text in texts:
-                        log(text)
+                bar.step((tmap.status() if tmap is not None else []) + [line], loss, avg_loss)
                 if opts.stats_every and i % opts.stats_every == 0:
                     for s in yolo_stats_lines(net):
                         log(s)
-                chart.add(i, loss, avg_loss)
+                history.add(i, loss, avg_loss, net.current_rate(), i * imgs)
                 if tmap is not None and tmap.schedule.due(i):
-                    if tmap.measure(net, i, log):
+                    best = tmap.measure(net, i, log)
+                    history.set_map(i, tmap.last)
+                    if best:
                         save(os.path.join(backup_dir, f"{base}_best.weights"))
-                    chart.map_points.append((i, tmap.last))
-                if opts.chart and i % opts.chart_every == 0:
-                    chart.save()
+                if i % opts.chart_every == 0:
+                    history.draw()
                 for suffix in schedule.due(i):
                     checkpoint(suffix)
                 if stop.set:
@@ -399,10 +340,9 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                 "interrupted": True, "issues": issues}
     finally:
         loader.close()
-        if bar is not None:
-            bar.close()
-    if opts.chart:
-        chart.save()
+        bar.close()
+        history.flush()         # rows past the last checkpoint too: a resume drops them
+    history.draw()
     if interrupted:
         checkpoint(schedule.stop_name)
         log(f"stopped at iteration {i}; resume with the same command and {written[-1]}")

@@ -20,6 +20,8 @@ A record is what `darknumba detect --json` writes, one JSON line per image:
         x, y, w, h                centre and size relative to the image (0..1, not clipped)
         objectness
 An unreadable file gives {"image": path, "error": message} from iter_predict; predict raises.
+prob, objectness and x, y, w, h are rounded to JSON_DIGITS (6) decimals: float32 holds about
+7 significant digits, so the 6th decimal of a value below 1 is about the last one it knows.
 Video files go through iter_video / predict_video (vision/video.py: one record per frame).
 """
 from __future__ import annotations
@@ -54,6 +56,8 @@ DEFAULT_NAMES = "cfg/coco.names"
 EXT_KEYS = ("left_x", "top_y", "width", "height")
 RECORD_KEYS = ("box", "class_id", "name", "prob", "left", "top", "right", "bottom", "x", "y",
                "w", "h", "objectness")
+JSON_DIGITS = 6
+ROUNDED_KEYS = ("prob", "x", "y", "w", "h", "objectness")
 
 
 # -- where shipped files live ------------------------------------------------------------------
@@ -104,10 +108,11 @@ def class_names(names, cfg: Path | None, classes: int, log: Callable[[str], None
 
 
 # -- which images ------------------------------------------------------------------------------
-def expand_images(args: Iterable) -> list[Path]:
+def expand_images(args: Iterable, log: Callable[[str], None] | None = None) -> list[Path]:
     """Image paths from arguments: files, folders (their images, sorted), globs, and text
     lists of paths (.txt/.list, one per line, `#` comments, as Darknet's list files). A path
-    named in a list is not checked here: reading it reports it."""
+    named in a list is not checked here: reading it reports it. `log` hears how many paths
+    each list gave."""
     out: list[Path] = []
     for a in args:
         p = Path(a)
@@ -121,6 +126,8 @@ def expand_images(args: Iterable) -> list[Path]:
             found = [Path(s) for s in lines if s and not s.startswith("#")]
             if not found:
                 raise DataError(f"list file {p} names no images")
+            if log is not None:
+                log(f"{p}: read {len(found)} image path{'s' * (len(found) != 1)} from the list")
             out += found
         elif p.exists():
             out.append(p)
@@ -229,7 +236,8 @@ class Prediction:
             return {"image": self.source, "error": self.error}
         h, w = self.image.shape[1:]
         return {"image": self.source, "width": int(w), "height": int(h),
-                "detections": [{k: d[k] for k in RECORD_KEYS} for d in self.results]}
+                "detections": [{k: round(d[k], JSON_DIGITS) if k in ROUNDED_KEYS else d[k]
+                                for k in RECORD_KEYS} for d in self.results]}
 
     def lines(self) -> list[str]:
         """Darknet's printed lines, `name: NN%` (with -ext_output, AlexeyAB's box after it)."""
