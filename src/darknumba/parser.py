@@ -250,10 +250,13 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
-                 clear: bool = False, dialect: str | None = None) -> Network:
+                 clear: bool = False, dialect: str | None = None,
+                 exact: bool | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
-    batch/subdivisions. Weights holding NaN or Inf give one WeightsWarning naming the layers."""
+    batch/subdivisions. Weights holding NaN or Inf give one WeightsWarning naming the layers.
+    exact=True keeps every test-mode convolution on im2col + GEMM (no Winograd); None: the
+    DARKNUMBA_EXACT environment variable decides."""
     from .weights import describe_nonfinite, load_weights, nonfinite_layers, peek_version
     net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
                             dialect=dialect,
@@ -267,4 +270,6 @@ def load_network(cfg, weights=None, batch: int | None = None, compat: str | None
                                          f"(saved by a diverged run?)"), stacklevel=2)
     if clear:
         net.seen = 0
+    if exact is not None:
+        net.exact = bool(exact)
     return net
