@@ -9,7 +9,7 @@ from typing import Annotated, Optional
 import typer
 
 from .detect import run_detection, warn
-from .options import DialectOption, not_nan
+from .options import DialectOption, ExactOption, not_nan
 
 
 SWITCHES = ("ext_output", "dont_show", "letter_box")
@@ -61,6 +61,7 @@ def detector_test(
     out: Annotated[str, typer.Option(help="drawing, PNG; `.png` is added when the name has no "
                                           "suffix (or -out)")] = "predictions",
     dialect: DialectOption = None,
+    exact: ExactOption = False,
 ):
     """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`,
     and AlexeyAB's -ext_output, -dont_show (accepted: nothing is shown), -letter_box. An
@@ -77,7 +78,8 @@ def detector_test(
     detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
                         nms=nms, names=names_file_of(datacfg), dialect=dialect,
                         letterbox=True if flags.get("letter_box") else None,
-                        ext_output=bool(flags.get("ext_output")), log=warn)
+                        ext_output=bool(flags.get("ext_output")), log=warn,
+                        exact=exact or None)
     if thresh is None and detector.alexeyab:
         detector.thresh = 0.25                  # AlexeyAB's detector test default
     if image is not None:

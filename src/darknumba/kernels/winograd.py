@@ -1,19 +1,21 @@
-"""Winograd convolution F(m x m, 3 x 3) for 3x3 stride-1 convolutions at inference (Lavin &
-Gray, "Fast Algorithms for Convolutional Neural Networks", 2016). Darknet has no such path: its
-convolutions are always im2col + GEMM; this one computes the same sums with fewer
-multiplications and different rounding (within ~1e-4 of the output's scale for F(4x4, 3x3)).
+"""Winograd convolution F(4x4, 3x3) for 3x3 stride-1 convolutions at inference (Lavin & Gray,
+"Fast Algorithms for Convolutional Neural Networks", 2016, interpolation points 0, 1, -1, 2,
+-2, inf). Darknet has no such path: its convolutions are always im2col + GEMM; this one computes
+the same sums with 4x fewer multiplications and a different rounding (within ~2e-5 of the
+output's scale on yolov3-tiny's layers).
 
-Each output tile of m x m pixels is A^T [ (G g G^T) * (B^T d B) ] A, with d the alpha x alpha
-(alpha = m + 2) input tile under it, g a 3x3 filter. Summed over the input channels, the
-elementwise product becomes, for each of the alpha^2 positions of the transformed tile, one
-matrix product: M[k] = U[k] @ V[k], U[k]: n x c (transformed filters), V[k]: c x tiles
-(transformed input tiles). The caller runs those alpha^2 GEMMs in BLAS; these kernels do the
-transforms.
+Each 4x4 output tile is A^T [ (G g G^T) * (B^T d B) ] A, with d the 6x6 input tile under it
+(its origin 4 * tile - pad), g a 3x3 filter. Summed over the input channels, the elementwise
+product becomes, for each of the 36 positions k of the transformed tile, one matrix product:
+M[k] = U[k] @ V[k], U[k]: n x c (transformed filters), V[k]: c x tiles (transformed input
+tiles). The caller runs those 36 GEMMs in BLAS; these kernels do the transforms. B^T and A^T
+are written out in _bt6 and _at6; tests/test_winograd.py holds the three matrices as a plain
+numpy reference.
 
 Layouts: x [batch x c x h x w], weights [n x c x 3 x 3], out [batch x n x out_h x out_w]
-(out_h = h + 2*pad - 2), U [alpha^2 x n x c], V [alpha^2 x c x tiles], M [alpha^2 x n x tiles];
-tiles are numbered (b, ty, tx), ty < ceil(out_h / m), tx < ceil(out_w / m). Tiles that run
-past the output's edge are computed whole and cropped when written.
+(out_h = h + 2*pad - 2), U [36 x n x c], V [36 x c x tiles], M [36 x n x tiles]; tiles are
+numbered (b, ty, tx), ty < ceil(out_h / 4), tx < ceil(out_w / 4). Tiles that run past the
+output's edge are computed whole and cropped when written.
 """
 import numpy as np
 from numba import njit, prange
@@ -21,47 +23,24 @@ from numba import njit, prange
 from .activations import activate_row
 from .fused import add_bias_row, normalize_scale_bias_row
 
-# the transforms for m = 2 (points 0, 1, -1, inf) and m = 4 (points 0, 1, -1, 2, -2, inf):
-# B^T (alpha x alpha), G (alpha x 3), A^T (m x alpha)
-TRANSFORMS = {
-    2: (np.array([[1, 0, -1, 0],
-                  [0, 1, 1, 0],
-                  [0, -1, 1, 0],
-                  [0, 1, 0, -1]], np.float64),
-        np.array([[1, 0, 0],
-                  [1 / 2, 1 / 2, 1 / 2],
-                  [1 / 2, -1 / 2, 1 / 2],
-                  [0, 0, 1]], np.float64),
-        np.array([[1, 1, 1, 0],
-                  [0, 1, -1, -1]], np.float64)),
-    4: (np.array([[4, 0, -5, 0, 1, 0],
-                  [0, -4, -4, 1, 1, 0],
-                  [0, 4, -4, -1, 1, 0],
-                  [0, -2, -1, 2, 1, 0],
-                  [0, 2, -1, -2, 1, 0],
-                  [0, 4, 0, -5, 0, 1]], np.float64),
-        np.array([[1 / 4, 0, 0],
-                  [-1 / 6, -1 / 6, -1 / 6],
-                  [-1 / 6, 1 / 6, -1 / 6],
-                  [1 / 24, 1 / 12, 1 / 6],
-                  [1 / 24, -1 / 12, 1 / 6],
-                  [0, 0, 1]], np.float64),
-        np.array([[1, 1, 1, 1, 1, 0],
-                  [0, 1, -1, 2, -2, 0],
-                  [0, 1, 1, 4, 4, 0],
-                  [0, 1, -1, 8, -8, 1]], np.float64)),
-}
+# the filter transform: 6 x 3
+G = np.array([[1 / 4, 0, 0],
+              [-1 / 6, -1 / 6, -1 / 6],
+              [-1 / 6, 1 / 6, -1 / 6],
+              [1 / 24, 1 / 12, 1 / 6],
+              [1 / 24, -1 / 12, 1 / 6],
+              [0, 0, 1]], np.float64)
 
 
-def tiles_of(out_h, out_w, m):
-    """(tile rows, tile columns) covering an out_h x out_w output with m x m tiles."""
-    return -(-out_h // m), -(-out_w // m)
+def tiles_of(out_h, out_w):
+    """(tile rows, tile columns) covering an out_h x out_w output with 4x4 tiles."""
+    return -(-out_h // 4), -(-out_w // 4)
 
 
 @njit(parallel=True, cache=True)
 def winograd_weights_cpu(weights, n, c, G, U):
-    """U[k1 * alpha + k2, f, ic] = (G g G^T)[k1, k2] for filter f's channel ic, in float64
-    rounded once to float32."""
+    """U[k1 * 6 + k2, f, ic] = (G g G^T)[k1, k2] for filter f's channel ic, in float64
+    rounded once to float32 (G: the module's G)."""
     alpha = G.shape[0]
     for f in prange(n):
         t = np.empty((alpha, 3))

@@ -12,7 +12,7 @@ or the network (update, load_weights, random_init and a train-mode forward do).
 """
 import numpy as np
 
-from ..kernels.winograd import TRANSFORMS, tiles_of, winograd_input_cpu, winograd_output_cpu, \
+from ..kernels.winograd import G, tiles_of, winograd_input_cpu, winograd_output_cpu, \
     winograd_weights_cpu
 from .activate import activate_output, epilogue_activation
 from .base import scratch_of
@@ -34,9 +34,9 @@ def winograd_eligible(l) -> bool:
     """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own) with outputs
     large enough to pay (WINOGRAD_MIN_TILES)."""
     if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
-            or l.share_layer is not None or l.pad > 2 or l.c < WINOGRAD_MIN_C:
+            or l.share_layer is not None or l.c < WINOGRAD_MIN_C:
         return False
-    th, tw = tiles_of(l.out_h, l.out_w, 4)
+    th, tw = tiles_of(l.out_h, l.out_w)
     return th * tw >= WINOGRAD_MIN_TILES
 
 
@@ -51,7 +51,7 @@ def transformed_weights(l) -> np.ndarray:
     U = getattr(l, "winograd_weights", None)
     if U is None:
         U = np.empty((36, l.n, l.c), np.float32)
-        winograd_weights_cpu(l.weights, l.n, l.c, TRANSFORMS[4][1], U)
+        winograd_weights_cpu(l.weights, l.n, l.c, G, U)
         l.winograd_weights = U
     return U
 
@@ -59,7 +59,7 @@ def transformed_weights(l) -> np.ndarray:
 def forward_winograd(l, net):
     """l.output = act(bn(conv(net.input))) through F(4x4, 3x3), the epilogue in the output
     transform's sweep."""
-    th, tw = tiles_of(l.out_h, l.out_w, 4)
+    th, tw = tiles_of(l.out_h, l.out_w)
     tiles = l.batch * th * tw
     scratch = scratch_of(net)
     V = scratch("winograd_V", 36 * l.c * tiles).reshape(36, l.c, tiles)
