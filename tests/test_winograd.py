@@ -125,12 +125,12 @@ def test_fused_epilogue_equals_the_separate_sweeps(rng, act, bn):
 # -- the layer: Winograd in test mode where eligible, the exact path otherwise ----------------
 
 def small_cfg(tmp_path, bn=1):
-    """16 -> 24 (pad 1, 30x30: 64 tiles), 24 -> 8 (pad 0, 28x28: 49 tiles), a strided 3x3 and
+    """20 -> 24 (pad 1, 30x30: 64 tiles), 24 -> 20 (pad 0, 28x28: 49 tiles), a strided 3x3 and
     a 14x14 one (not eligible)."""
     cfg = tmp_path / "w.cfg"
     conv = "[convolutional]\nbatch_normalize={bn}\nfilters={n}\nsize=3\nstride={s}\npad={p}\n" \
            "activation={a}\n"
-    cfg.write_text("[net]\nbatch=2\nwidth=30\nheight=30\nchannels=16\nlearning_rate=0.01\n"
+    cfg.write_text("[net]\nbatch=2\nwidth=30\nheight=30\nchannels=20\nlearning_rate=0.01\n"
                    "momentum=0.9\ndecay=0.0005\n"
                    + conv.format(bn=bn, n=24, s=1, p=1, a="leaky")
                    + conv.format(bn=0, n=20, s=1, p=0, a="linear")
@@ -158,7 +158,7 @@ def rel_diff(a, b):
 @pytest.mark.parametrize("bn", [0, 1])
 def test_layer_winograd_within_1e4_of_exact(rng, tmp_path, bn):
     exact, fast = nets(small_cfg(tmp_path, bn))
-    x = rng.uniform(0, 1, (2, 16, 30, 30)).astype(np.float32)
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
     want = exact.predict(x)
     got = fast.predict(x)
     assert [l.winograd_weights is not None for l in fast.layers[:4]] == [True, True, False, False]
@@ -175,7 +175,7 @@ def test_layer_winograd_within_1e4_of_exact(rng, tmp_path, bn):
 def test_exact_from_the_environment_and_compat(rng, tmp_path, monkeypatch):
     import darknumba as dn
     cfg = small_cfg(tmp_path)
-    x = rng.uniform(0, 1, (2, 16, 30, 30)).astype(np.float32)
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
     monkeypatch.setenv("DARKNUMBA_EXACT", "1")
     net = dn.load_network(cfg, batch=2)
     assert net.exact
@@ -194,7 +194,7 @@ def test_transformed_filters_follow_the_weights(rng, tmp_path):
     from darknumba.weights import load_weights, save_weights
     cfg = small_cfg(tmp_path)
     exact, fast = nets(cfg)
-    x = rng.uniform(0, 1, (2, 16, 30, 30)).astype(np.float32)
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, fast.outputs)).astype(np.float32)
 
     def agree():

@@ -21,12 +21,14 @@ from .batchnorm import bn_divisor
 _NONE = np.empty(0, np.float32)
 
 # output tiles per image (4x4 pixels each) from which Winograd beats im2col + GEMM, measured here
-# on yolov3-tiny's and yolov3's layers at 416: from 26x26 outputs on (7x7 tiles) it wins 1.3-2x
-# per layer; at 13x13 (4x4 tiles, output padded to 16x16) its 36 thin GEMMs over filters four
-# times the size of the weights lose to the one GEMM
+# on yolov3-tiny's, yolov4-tiny's and yolov3's layers: from 26x26 outputs on (7x7 tiles) it
+# takes 1.3-2.2x less CPU time per layer; at 13x13 (4x4 tiles, the output padded to 16x16) and
+# 19x19 its 36 thin GEMMs over filters four times the size of the weights do not beat the one
+# GEMM
 WINOGRAD_MIN_TILES = 49
 # input channels from which it pays: over RGB (c = 3) the transforms cost more than the GEMMs
-# save (yolov3-tiny's first layer: 2x slower than the direct kernel); from c = 16 it wins
+# save (2x slower than im2col + GEMM). Thin layers the direct kernel takes (c*9 <= DIRECT_MAX_K,
+# convolutional.py) stay with it: at c = 16 it is as fast in CPU time and faster with 2 threads
 WINOGRAD_MIN_C = 16
 
 

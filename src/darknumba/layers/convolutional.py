@@ -165,11 +165,11 @@ class ConvolutionalLayer(Layer):
         cg = self.c // self.groups
         if net.train:
             self.weights_changed()      # training changes them: the transform is made anew
-        elif use_winograd(self, net):
-            forward_winograd(self, net)
-            return
         if self._direct_thin():
             self._forward_direct(net)
+            return
+        if use_winograd(self, net):
+            forward_winograd(self, net)
             return
         if self.batch > 1 and self._batched(n):
             self._forward_gemms_batched(net, m, k, n)
