@@ -219,6 +219,7 @@ def test_transformed_filters_follow_the_weights(rng, tmp_path):
 
 # -- the official yolov3-tiny weights on the sample photos -----------------------------------
 
+@pytest.mark.slow
 def test_yolov3_tiny_detections_identical_on_the_photos():
     """Every yolo output within 1e-3 of its scale, and the printed lines and boxes
     identical, on every sample photo."""
