@@ -9,6 +9,11 @@ the output's scale), so the exact path stays for training, under compat= (darkne
 The transformed filters (36 x n x c, four times the weights) are made at the first test-mode
 forward and kept; whatever changes the weights in place calls `weights_changed()` on the layer
 or the network (update, load_weights, random_init and a train-mode forward do).
+
+Each of the 36 GEMMs of a layer wakes OpenBLAS's worker threads (im2col + GEMM: one GEMM per
+layer): on an idle machine that costs little, but when other processes compete for the cores
+every wake-up waits for one, and this path then slows down several times more than the exact
+one (measured here on 2 shared cores); `--exact` is the way out there.
 """
 import numpy as np
 
