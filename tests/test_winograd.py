@@ -7,8 +7,13 @@ import numpy as np
 import pytest
 from conftest import DATA, ROOT, guarded, guards_intact, tiny_weights
 
-from darknumba.kernels.winograd import (G, tiles_of, winograd_input_cpu, winograd_output_cpu,
-                                        winograd_weights_cpu)
+from darknumba.kernels.winograd import (
+    G,
+    tiles_of,
+    winograd_input_cpu,
+    winograd_output_cpu,
+    winograd_weights_cpu,
+)
 
 EMPTY = np.empty(0, np.float32)
 NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0)                # raw sums only

@@ -17,8 +17,13 @@ one (measured here on 2 shared cores); `--exact` is the way out there.
 """
 import numpy as np
 
-from ..kernels.winograd import G, tiles_of, winograd_input_cpu, winograd_output_cpu, \
-    winograd_weights_cpu
+from ..kernels.winograd import (
+    G,
+    tiles_of,
+    winograd_input_cpu,
+    winograd_output_cpu,
+    winograd_weights_cpu,
+)
 from .activate import activate_output, epilogue_activation
 from .base import scratch_of
 from .batchnorm import bn_divisor
