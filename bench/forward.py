@@ -2,7 +2,7 @@
 GFLOPS, per-layer profile, and the start-up of a second process with a warm numba cache.
 
     python bench/forward.py [--cfg cfg/yolov3-tiny.cfg] [--weights weights/yolov3-tiny.weights]
-                            [--batch 1] [--reps 20] [--profile]
+                            [--batch 1] [--reps 20] [--profile] [--exact]
 """
 import argparse
 import os
@@ -40,6 +40,8 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="print a per-layer time table")
+    ap.add_argument("--exact", action="store_true",
+                    help="im2col + GEMM for every convolution (no Winograd)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
@@ -48,7 +50,7 @@ def main():
     import numpy as np
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None
-    net = dn.load_network(args.cfg, weights, batch=args.batch)
+    net = dn.load_network(args.cfg, weights, batch=args.batch, exact=args.exact or None)
     if weights is None:
         from darknumba.train.timing import unit_rolling_variance
         unit_rolling_variance(net)
@@ -81,7 +83,8 @@ def main():
         print(profile_forward(net, x, reps=max(3, args.reps // 4)))
     t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", "--cfg", args.cfg, "--weights",
-                          args.weights, "--batch", str(args.batch)], capture_output=True, text=True,
+                          args.weights, "--batch", str(args.batch)] + ["--exact"] * args.exact,
+                         capture_output=True, text=True,
                          check=True)
     wall = time.perf_counter() - t
     imp, first = map(float, out.stdout.split())

@@ -4,6 +4,7 @@ with ``net.input = l.output``; backward walks back with ``net.input = prev.outpu
 from __future__ import annotations
 
 import math
+import os
 import random
 
 import numpy as np
@@ -120,6 +121,8 @@ class Network:
         self.seen = 0
         self.t = 0
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
+        # True: every convolution takes the exact im2col + GEMM path, never Winograd (test mode)
+        self.exact = os.environ.get("DARKNUMBA_EXACT", "") not in ("", "0")
         self.dialect_reason = "the default"
         self.cfg_path = None
         self.allocated = True          # False: built for the layer table only (no buffers)
@@ -169,6 +172,15 @@ class Network:
         output layer's outputs (a classifier's one-hot vector, a [cost] target)."""
         readers = self.truth_layers()
         return readers[-1].truths if readers else self.output_layer().outputs
+
+    def weights_changed(self):
+        """Tell the layers that their parameters were written in place (by code other than
+        update, load_weights or random_init, which tell them): what they derived from them
+        (Winograd filters) is made anew."""
+        for l in self.layers:
+            changed = getattr(l, "weights_changed", None)
+            if changed is not None:
+                changed()
 
     def alloc_workspace(self):
         size = max([l.workspace_size for l in self.layers] + [1])

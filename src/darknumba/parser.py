@@ -256,10 +256,12 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
                  clear: bool = False, dialect: str | None = None,
-                 time_steps: int | None = None) -> Network:
+                 time_steps: int | None = None, exact: bool | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
-    batch/subdivisions (x time_steps: the cfg's, or these). Weights holding NaN or Inf give one WeightsWarning naming the layers."""
+    batch/subdivisions (x time_steps: the cfg's, or these). Weights holding NaN or Inf give
+    one WeightsWarning naming the layers. exact=True keeps every test-mode convolution on
+    im2col + GEMM (no Winograd); None: the DARKNUMBA_EXACT environment variable decides."""
     from .weights import describe_nonfinite, load_weights, nonfinite_layers, peek_version
     net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
                             dialect=dialect, time_steps=time_steps,
@@ -273,4 +275,6 @@ def load_network(cfg, weights=None, batch: int | None = None, compat: str | None
                                          f"(saved by a diverged run?)"), stacklevel=2)
     if clear:
         net.seen = 0
+    if exact is not None:
+        net.exact = bool(exact)
     return net

@@ -193,6 +193,7 @@ def load_weights(net, path, cutoff: int | None = None, partial: bool = False):
             k = l.nweights // l.n
             l.weights[:] = l.weights.reshape(k, l.n).T.reshape(-1)
     net.seen = plan.seen
+    net.weights_changed()
     return net
 
 

@@ -4,6 +4,8 @@ from typing import Annotated, Optional
 
 import typer
 
+from .options import ExactOption
+
 
 def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")],
           weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
@@ -11,7 +13,8 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
           batch: Annotated[int, typer.Option(min=1, help="images per forward")] = 1,
           reps: Annotated[int, typer.Option(min=1, help="timed repetitions")] = 10,
           train: Annotated[bool, typer.Option(help="time training steps (forward, backward, "
-                                                   "update) with random yolo truths")] = False):
+                                                   "update) with random yolo truths")] = False,
+          exact: ExactOption = False):
     """Time the forward pass (or a training step): first call (compile), steady state, and
     where the time goes per layer."""
     import time
@@ -20,7 +23,7 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
 
     from ..parser import load_network
     from ..train.timing import profile_forward, profile_train, unit_rolling_variance
-    net = load_network(cfg, weights, batch=batch)
+    net = load_network(cfg, weights, batch=batch, exact=exact or None)
     if weights is None:
         unit_rolling_variance(net)
     rng = np.random.default_rng(0)

@@ -16,7 +16,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
-from .options import DialectOption, not_nan
+from .options import DialectOption, ExactOption, not_nan
 
 DEFAULT_CFG = "cfg/yolov3-tiny.cfg"
 DEFAULT_WEIGHTS = "yolov3-tiny"
@@ -190,6 +190,7 @@ def detect(
     dont_show: Annotated[bool, typer.Option(
         "-dont_show", help="accepted for Darknet commands; no window is ever shown")] = False,
     dialect: DialectOption = None,
+    exact: ExactOption = False,
 ):
     """Detect objects as `./darknet detect` does: prints `name: NN%` per box and class, draws
     the boxes. With no arguments, runs yolov3-tiny on a sample photo."""
@@ -218,7 +219,7 @@ def detect(
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
                         nms=nms, hier=hier, names=names,
                         letterbox=True if letter_box else letterbox, dialect=dialect,
-                        ext_output=ext_output, log=warn)
+                        ext_output=ext_output, log=warn, exact=exact or None)
     run_detection(detector, paths, out=out, json_out=json_out)
 
 

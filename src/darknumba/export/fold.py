@@ -75,6 +75,7 @@ def fold_batchnorm(net, keep_records: bool = False) -> list[int]:
             l.rolling_variance[:] = 1.0
         else:
             l.batch_normalize = False
+    net.weights_changed()
     return done
 
 

@@ -50,6 +50,7 @@ def average_weights(cfg, paths, dialect: str | None = None):
     scale = np.float32(1.0 / len(paths))
     for a in acc:
         a *= scale
+    total.weights_changed()
     return total
 
 

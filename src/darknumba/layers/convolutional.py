@@ -28,6 +28,7 @@ from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scra
 from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
+from .conv_winograd import forward_winograd, use_winograd
 from .memory import zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
@@ -61,6 +62,7 @@ def conv_weight_records(l):
 class ConvolutionalLayer(Layer):
     type = "convolutional"
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
+    winograd_weights = None       # 36 x n x c Winograd filters, made when first needed
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
                  batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1, stride_y=None):
@@ -161,8 +163,13 @@ class ConvolutionalLayer(Layer):
         k = self.size * self.size * self.c // self.groups
         n = self.out_h * self.out_w
         cg = self.c // self.groups
+        if net.train:
+            self.weights_changed()      # training changes them: the transform is made anew
         if self._direct_thin():
             self._forward_direct(net)
+            return
+        if use_winograd(self, net):
+            forward_winograd(self, net)
             return
         if self.batch > 1 and self._batched(n):
             self._forward_gemms_batched(net, m, k, n)
@@ -339,10 +346,17 @@ class ConvolutionalLayer(Layer):
         """make_convolutional_layer: sqrt(2 / (size*size*c/groups)) * N(0, 1)."""
         scale = math.sqrt(2.0 / (self.size * self.size * self.c / self.groups))
         self.weights[:] = scale * rng.standard_normal(self.weights.size)
+        self.weights_changed()
 
     def update(self, a):
         """update_convolutional_layer"""
         update_params(self, a)
+        self.weights_changed()
+
+    def weights_changed(self):
+        """Drop what was derived from the weights (the Winograd filters, conv_winograd.py):
+        called by whatever writes them in place."""
+        self.winograd_weights = None
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):

@@ -81,5 +81,6 @@ def step_net(net, input=None, delta=None):
     """The `network s = net` copy Darknet passes to a sub-layer: its own input and delta."""
     return SimpleNamespace(input=input, delta=delta, train=net.train, truth=None,
                            workspace=net.workspace, seen=getattr(net, "seen", 0),
-                           quirks=net.quirks, index=getattr(net, "index", 0))
+                           quirks=net.quirks, index=getattr(net, "index", 0),
+                           exact=getattr(net, "exact", False))
 

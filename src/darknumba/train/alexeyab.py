@@ -114,6 +114,7 @@ class TrainingMap:
         for src, dst in zip(net.layers, self.net.layers):
             for (_, a), (_, b) in zip(src.weight_records(), dst.weight_records()):
                 b[:] = a
+        self.net.weights_changed()
         r = evaluate_map(self.net, self.ds.paths, self.ds.boxes, self.classes, self.names,
                          thresh=self.thresh, iou_thresh=self.iou_thresh)
         self.schedule.done(i)

@@ -288,14 +288,14 @@ class Detector:
     def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float = 0.5,
                  nms: float = 0.45, hier: float = 0.5, names=None, letterbox: bool | None = None,
                  dialect: str | None = None, ext_output: bool = False,
-                 log: Callable[[str], None] | None = None):
+                 log: Callable[[str], None] | None = None, exact: bool | None = None):
         if isinstance(cfg, Network):
             if weights is not None or dialect is not None:
                 raise ValueError("weights and dialect build a network from a cfg; this one is "
                                  "already loaded")
             self.net = cfg
         else:
-            self.net = load_network(cfg, weights, batch=batch, dialect=dialect)
+            self.net = load_network(cfg, weights, batch=batch, dialect=dialect, exact=exact)
         self.classes = detection_layers(self.net)[-1].classes
         cfg_path = self.net.cfg_path
         self.names = class_names(names, Path(cfg_path) if cfg_path else None, self.classes,

@@ -1,0 +1,181 @@
+"""Winograd convolution F(4x4, 3x3) for 3x3 stride-1 convolutions at inference (Lavin & Gray,
+"Fast Algorithms for Convolutional Neural Networks", 2016, interpolation points 0, 1, -1, 2,
+-2, inf). Darknet has no such path: its convolutions are always im2col + GEMM; this one computes
+the same sums with 4x fewer multiplications and a different rounding (within ~2e-5 of the
+output's scale on yolov3-tiny's layers).
+
+Each 4x4 output tile is A^T [ (G g G^T) * (B^T d B) ] A, with d the 6x6 input tile under it
+(its origin 4 * tile - pad), g a 3x3 filter. Summed over the input channels, the elementwise
+product becomes, for each of the 36 positions k of the transformed tile, one matrix product:
+M[k] = U[k] @ V[k], U[k]: n x c (transformed filters), V[k]: c x tiles (transformed input
+tiles). The caller runs those 36 GEMMs in BLAS; these kernels do the transforms. B^T and A^T
+are written out in _bt6 and _at6; tests/test_winograd.py holds the three matrices as a plain
+numpy reference.
+
+Layouts: x [batch x c x h x w], weights [n x c x 3 x 3], out [batch x n x out_h x out_w]
+(out_h = h + 2*pad - 2), U [36 x n x c], V [36 x c x tiles], M [36 x n x tiles]; tiles are
+numbered (b, ty, tx), ty < ceil(out_h / 4), tx < ceil(out_w / 4). Tiles that run past the
+output's edge are computed whole and cropped when written.
+"""
+import numpy as np
+from numba import njit, prange
+
+from .activations import activate_row
+from .fused import add_bias_row, normalize_scale_bias_row
+
+# the filter transform: 6 x 3
+G = np.array([[1 / 4, 0, 0],
+              [-1 / 6, -1 / 6, -1 / 6],
+              [-1 / 6, 1 / 6, -1 / 6],
+              [1 / 24, 1 / 12, 1 / 6],
+              [1 / 24, -1 / 12, 1 / 6],
+              [0, 0, 1]], np.float64)
+
+
+def tiles_of(out_h, out_w):
+    """(tile rows, tile columns) covering an out_h x out_w output with 4x4 tiles."""
+    return -(-out_h // 4), -(-out_w // 4)
+
+
+@njit(parallel=True, cache=True)
+def winograd_weights_cpu(weights, n, c, G, U):
+    """U[k1 * 6 + k2, f, ic] = (G g G^T)[k1, k2] for filter f's channel ic, in float64
+    rounded once to float32 (G: the module's G)."""
+    alpha = G.shape[0]
+    for f in prange(n):
+        t = np.empty((alpha, 3))
+        for ic in range(c):
+            base = (f * c + ic) * 9
+            for a in range(alpha):
+                for j in range(3):
+                    s = 0.0
+                    for i in range(3):
+                        s += G[a, i] * np.float64(weights[base + i * 3 + j])
+                    t[a, j] = s
+            for a in range(alpha):
+                for b in range(alpha):
+                    s = 0.0
+                    for j in range(3):
+                        s += t[a, j] * G[b, j]
+                    U[a * alpha + b, f, ic] = np.float32(s)
+
+
+@njit(cache=True, inline="always")
+def _bt6(d0, d1, d2, d3, d4, d5):
+    """B^T d for one column d of six values (F(4x4, 3x3)'s input transform)."""
+    return (np.float32(4.0) * d0 - np.float32(5.0) * d2 + d4,
+            d4 + d3 - np.float32(4.0) * (d1 + d2),
+            d4 - d3 + np.float32(4.0) * (d1 - d2),
+            d4 - d2 + np.float32(2.0) * (d3 - d1),
+            d4 - d2 - np.float32(2.0) * (d3 - d1),
+            np.float32(4.0) * d1 - np.float32(5.0) * d3 + d5)
+
+
+@njit(cache=True, inline="always")
+def _at6(m0, m1, m2, m3, m4, m5):
+    """A^T m for one column m of six values (F(4x4, 3x3)'s output transform)."""
+    a = m1 + m2
+    b = m1 - m2
+    c = m3 + m4
+    d = m3 - m4
+    return (m0 + a + c, b + np.float32(2.0) * d, a + np.float32(4.0) * c,
+            b + np.float32(8.0) * d + m5)
+
+
+@njit(parallel=True, cache=True)
+def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V):
+    """V[k1 * 6 + k2, ic, tile] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel.
+    Per channel and tile row, the six input rows under it go, zero-padded, into a strip split
+    by column phase (strip[i, q, u] = padded column 4u + q), so that both passes run over
+    contiguous memory: B^T down the columns (all tiles at once), then B along each tile's six
+    columns (phase q, tile u + q // 4), written for all tiles of the row in contiguous runs."""
+    n_u = tw + 1
+    for ic in prange(c):
+        strip = np.empty((6, 4, n_u), np.float32)
+        col = np.empty((6, 4, n_u), np.float32)
+        for b in range(batch):
+            plane = (b * c + ic) * h * w
+            for ty in range(th):
+                for i in range(6):
+                    iy = ty * 4 - pad + i
+                    strip[i] = 0.0
+                    if 0 <= iy < h:
+                        src = plane + iy * w
+                        for q in range(4):          # padded column 4u + q is input 4u + q - pad
+                            u0 = max(0, (pad - q + 3) // 4)
+                            u1 = min(n_u, (w - 1 + pad - q) // 4 + 1)
+                            for u in range(u0, u1):
+                                strip[i, q, u] = x[src + 4 * u + q - pad]
+                for q in range(4):
+                    for u in range(n_u):
+                        r0, r1, r2, r3, r4, r5 = _bt6(strip[0, q, u], strip[1, q, u],
+                                                      strip[2, q, u], strip[3, q, u],
+                                                      strip[4, q, u], strip[5, q, u])
+                        col[0, q, u] = r0
+                        col[1, q, u] = r1
+                        col[2, q, u] = r2
+                        col[3, q, u] = r3
+                        col[4, q, u] = r4
+                        col[5, q, u] = r5
+                t0 = (b * th + ty) * tw
+                for r in range(6):
+                    k = r * 6
+                    for tx in range(tw):
+                        v0, v1, v2, v3, v4, v5 = _bt6(col[r, 0, tx], col[r, 1, tx],
+                                                      col[r, 2, tx], col[r, 3, tx],
+                                                      col[r, 0, tx + 1], col[r, 1, tx + 1])
+                        V[k, ic, t0 + tx] = v0
+                        V[k + 1, ic, t0 + tx] = v1
+                        V[k + 2, ic, t0 + tx] = v2
+                        V[k + 3, ic, t0 + tx] = v3
+                        V[k + 4, ic, t0 + tx] = v4
+                        V[k + 5, ic, t0 + tx] = v5
+
+
+@njit(parallel=True, cache=True)
+def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, bn_mean, bn_divisor, scales,
+                        biases, act):
+    """out[b, f] = the 4x4 output tiles A^T M A, cropped to out_h x out_w; with `biases`
+    non-empty the layer's epilogue on each output row while it is in cache: act(((v -
+    bn_mean) / bn_divisor) * scales + biases) with batch norm (bn_mean non-empty), act(v +
+    biases) without (the operations of batchnorm_bias_activate / bias_activate, in their
+    order). A^T runs first along each tile's rows (contiguous runs of M over the tiles of a
+    row), then down the columns."""
+    epilogue = biases.size > 0
+    bn = bn_mean.size > 0
+    for f in prange(n):
+        y6 = np.empty((6, 4, tw), np.float32)
+        rows = np.empty((4, tw * 4), np.float32)
+        for b in range(batch):
+            plane = (b * n + f) * out_h * out_w
+            for ty in range(th):
+                t0 = (b * th + ty) * tw
+                for r in range(6):
+                    k = r * 6
+                    for tx in range(tw):
+                        o0, o1, o2, o3 = _at6(M[k, f, t0 + tx], M[k + 1, f, t0 + tx],
+                                              M[k + 2, f, t0 + tx], M[k + 3, f, t0 + tx],
+                                              M[k + 4, f, t0 + tx], M[k + 5, f, t0 + tx])
+                        y6[r, 0, tx] = o0
+                        y6[r, 1, tx] = o1
+                        y6[r, 2, tx] = o2
+                        y6[r, 3, tx] = o3
+                for q in range(4):
+                    for tx in range(tw):
+                        o0, o1, o2, o3 = _at6(y6[0, q, tx], y6[1, q, tx], y6[2, q, tx],
+                                              y6[3, q, tx], y6[4, q, tx], y6[5, q, tx])
+                        rows[0, tx * 4 + q] = o0
+                        rows[1, tx * 4 + q] = o1
+                        rows[2, tx * 4 + q] = o2
+                        rows[3, tx * 4 + q] = o3
+                for p in range(min(4, out_h - ty * 4)):
+                    dst = rows[p, :out_w]
+                    if epilogue:
+                        if bn:
+                            normalize_scale_bias_row(dst, bn_mean[f], bn_divisor[f], scales[f],
+                                                     biases[f])
+                        else:
+                            add_bias_row(dst, biases[f])
+                        activate_row(dst, act)
+                    y = ty * 4 + p
+                    out[plane + y * out_w:plane + (y + 1) * out_w] = dst

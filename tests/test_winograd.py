@@ -1,0 +1,251 @@
+"""Winograd F(4x4, 3x3) (kernels/winograd.py, layers/conv_winograd.py) against a plain numpy
+Winograd written from the three transform matrices, against the float64 convolution
+(tests/naive), and the layer's Winograd path against its exact im2col + GEMM path: on random
+weights, and on the official yolov3-tiny weights with the sample photos (detections identical)."""
+import naive
+import numpy as np
+import pytest
+from conftest import DATA, ROOT, guarded, guards_intact, tiny_weights
+
+from darknumba.kernels.winograd import (
+    G,
+    tiles_of,
+    winograd_input_cpu,
+    winograd_output_cpu,
+    winograd_weights_cpu,
+)
+
+EMPTY = np.empty(0, np.float32)
+NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0)                # raw sums only
+
+# Lavin & Gray's F(4x4, 3x3), interpolation points 0, 1, -1, 2, -2, inf
+BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
+               [0, -2, -1, 2, 1, 0], [0, 2, -1, -2, 1, 0], [0, 4, 0, -5, 0, 1]], np.float64)
+AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
+               [0, 1, -1, 8, -8, 1]], np.float64)
+GREF = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                 [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+
+# (batch, c, h, w, n, pad): odd sizes (partial tiles in both directions), a 1x1 output, maps
+# smaller than a tile, pads 0..3, rows of many tiles
+SHAPES = [(2, 3, 7, 5, 4, 1), (1, 5, 6, 9, 7, 1), (3, 2, 5, 4, 9, 0), (2, 1, 3, 3, 1, 2),
+          (1, 4, 1, 2, 5, 1), (2, 3, 4, 70, 8, 1), (1, 2, 9, 33, 6, 2), (1, 3, 13, 13, 5, 1),
+          (1, 2, 3, 3, 2, 0), (2, 2, 2, 6, 3, 3), (1, 17, 26, 26, 16, 1)]
+
+
+def winograd_reference(x, wts, b, c, h, w, n, pad):
+    """F(4x4, 3x3) in float64 numpy, tile by tile from the matrices: out[b, f] cropped."""
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    th, tw = -(-oh // 4), -(-ow // 4)
+    xp = np.zeros((b, c, 4 * th + 2, 4 * tw + 2))
+    xp[:, :, pad:pad + h, pad:pad + w] = x.reshape(b, c, h, w)[:, :, :4 * th + 2 - pad,
+                                                                 :4 * tw + 2 - pad]
+    U = np.einsum("ai,ncij,bj->abnc", GREF, wts.reshape(n, c, 3, 3).astype(np.float64), GREF)
+    out = np.zeros((b, n, 4 * th, 4 * tw))
+    for ty in range(th):
+        for tx in range(tw):
+            d = xp[:, :, 4 * ty:4 * ty + 6, 4 * tx:4 * tx + 6]               # b x c x 6 x 6
+            V = np.einsum("ai,bcij,dj->bcad", BT, d, BT)
+            Mt = np.einsum("adnc,bcad->bnad", U, V)
+            out[:, :, 4 * ty:4 * ty + 4, 4 * tx:4 * tx + 4] = np.einsum("pa,bnad,qd->bnpq",
+                                                                          AT, Mt, AT)
+    return out[:, :, :oh, :ow].reshape(-1)
+
+
+def run_kernels(x, wts, b, c, h, w, n, pad, epilogue=NO_EPI):
+    """The three kernels and the 36 GEMMs as the layer runs them; the output in a guarded
+    buffer."""
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    th, tw = tiles_of(oh, ow)
+    U = np.full((36, n, c), np.nan, np.float32)
+    winograd_weights_cpu(wts, n, c, G, U)
+    V = np.full((36, c, b * th * tw), np.nan, np.float32)
+    winograd_input_cpu(x, b, c, h, w, pad, th, tw, V)
+    M = np.matmul(U, V)
+    out, big = guarded(b * n * oh * ow, fill=np.nan)
+    winograd_output_cpu(M, b, n, oh, ow, th, tw, out, *epilogue)
+    assert guards_intact(big)
+    return out, U, V
+
+
+def case(rng, b, c, h, w, n):
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    return x, wts
+
+
+@pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
+def test_reference_is_the_convolution(rng, b, c, h, w, n, pad):
+    """The numpy Winograd (the matrices above) computes the float64 convolution."""
+    x, wts = case(rng, b, c, h, w, n)
+    ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
+    np.testing.assert_allclose(winograd_reference(x, wts, b, c, h, w, n, pad), ref, rtol=1e-9,
+                               atol=1e-9 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
+def test_kernels_match_reference_and_convolution(rng, b, c, h, w, n, pad):
+    x, wts = case(rng, b, c, h, w, n)
+    out, U, V = run_kernels(x, wts, b, c, h, w, n, pad)
+    U_ref = np.einsum("ai,ncij,bj->abnc", GREF, wts.reshape(n, c, 3, 3).astype(np.float64), GREF)
+    np.testing.assert_allclose(U, U_ref.reshape(36, n, c), rtol=1e-6, atol=1e-7)
+    assert np.isfinite(V).all()                                 # every tile and channel written
+    ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(out, winograd_reference(x, wts, b, c, h, w, n, pad), rtol=0,
+                               atol=2e-5 * scale)
+    np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5 * scale)
+
+
+def test_check_can_fail(rng):
+    """A one-tap error is caught by the same comparison."""
+    b, c, h, w, n, pad = 1, 2, 7, 6, 4, 1
+    x, wts = case(rng, b, c, h, w, n)
+    out, _, _ = run_kernels(x, wts, b, c, h, w, n, pad)
+    wrong = wts.copy()
+    wrong[5] += 0.01
+    ref = naive.conv_forward(x, wrong, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
+    assert not np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("act", [0, 3, 7])      # logistic, linear, leaky
+@pytest.mark.parametrize("bn", [False, True])
+def test_fused_epilogue_equals_the_separate_sweeps(rng, act, bn):
+    from darknumba.kernels.fused import batchnorm_bias_activate, bias_activate
+    b, c, h, w, n, pad = 2, 3, 9, 11, 6, 1
+    x, wts = case(rng, b, c, h, w, n)
+    raw, _, _ = run_kernels(x, wts, b, c, h, w, n, pad)
+    mean = rng.standard_normal(n).astype(np.float32)
+    div = rng.uniform(0.5, 2, n).astype(np.float32)
+    scales, biases = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    epi = (mean, div, scales, biases, act) if bn else (EMPTY, EMPTY, EMPTY, biases, act)
+    got, _, _ = run_kernels(x, wts, b, c, h, w, n, pad, epi)
+    if bn:
+        batchnorm_bias_activate(raw, mean, div, scales, biases, b, n, h * w, act)
+    else:
+        bias_activate(raw, biases, b, n, h * w, act)
+    np.testing.assert_array_equal(got, raw)
+
+
+# -- the layer: Winograd in test mode where eligible, the exact path otherwise ----------------
+
+def small_cfg(tmp_path, bn=1):
+    """20 -> 24 (pad 1, 30x30: 64 tiles), 24 -> 20 (pad 0, 28x28: 49 tiles), a strided 3x3 and
+    a 14x14 one (not eligible)."""
+    cfg = tmp_path / "w.cfg"
+    conv = "[convolutional]\nbatch_normalize={bn}\nfilters={n}\nsize=3\nstride={s}\npad={p}\n" \
+           "activation={a}\n"
+    cfg.write_text("[net]\nbatch=2\nwidth=30\nheight=30\nchannels=20\nlearning_rate=0.01\n"
+                   "momentum=0.9\ndecay=0.0005\n"
+                   + conv.format(bn=bn, n=24, s=1, p=1, a="leaky")
+                   + conv.format(bn=0, n=20, s=1, p=0, a="linear")
+                   + conv.format(bn=bn, n=8, s=2, p=1, a="logistic")
+                   + conv.format(bn=bn, n=4, s=1, p=1, a="leaky")
+                   + "[cost]\ntype=sse\n")
+    return cfg
+
+
+def nets(cfg, **kw):
+    import darknumba as dn
+    from darknumba.train.timing import unit_rolling_variance
+    out = []
+    for exact in (True, False):
+        net = dn.load_network(cfg, batch=2, exact=exact, **kw)
+        unit_rolling_variance(net)
+        out.append(net)
+    return out
+
+
+def rel_diff(a, b):
+    return float(np.abs(a - b).max() / np.abs(b).max())
+
+
+@pytest.mark.parametrize("bn", [0, 1])
+def test_layer_winograd_within_1e4_of_exact(rng, tmp_path, bn):
+    exact, fast = nets(small_cfg(tmp_path, bn))
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
+    want = exact.predict(x)
+    got = fast.predict(x)
+    assert [l.winograd_weights is not None for l in fast.layers[:4]] == [True, True, False, False]
+    assert all(l.winograd_weights is None for l in exact.layers[:4])
+    for le, lf in zip(exact.layers[:4], fast.layers[:4]):
+        assert rel_diff(lf.output, le.output) < 1e-4
+    assert rel_diff(got, want) < 1e-4
+    # train mode takes the exact path: the same floats
+    truth = rng.uniform(0, 1, (2, fast.outputs)).astype(np.float32)
+    np.testing.assert_array_equal(fast.forward(x, train=True, truth=truth),
+                                  exact.forward(x, train=True, truth=truth))
+
+
+def test_exact_from_the_environment_and_compat(rng, tmp_path, monkeypatch):
+    import darknumba as dn
+    cfg = small_cfg(tmp_path)
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
+    monkeypatch.setenv("DARKNUMBA_EXACT", "1")
+    net = dn.load_network(cfg, batch=2)
+    assert net.exact
+    net.predict(x)
+    assert net.layers[0].winograd_weights is None
+    monkeypatch.delenv("DARKNUMBA_EXACT")
+    assert not dn.load_network(cfg, batch=2).exact
+    net = dn.load_network(cfg, batch=2, compat="darknet-cpu")
+    net.predict(x)
+    assert net.layers[0].winograd_weights is None
+
+
+def test_transformed_filters_follow_the_weights(rng, tmp_path):
+    """After a training step, a load_weights and an edit announced with weights_changed(), the
+    Winograd output follows the new weights."""
+    from darknumba.weights import load_weights, save_weights
+    cfg = small_cfg(tmp_path)
+    exact, fast = nets(cfg)
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
+    truth = rng.uniform(0, 1, (2, fast.outputs)).astype(np.float32)
+
+    def agree():
+        assert rel_diff(fast.predict(x), exact.predict(x)) < 1e-4
+
+    agree()
+    for net in (exact, fast):
+        net.train_datum(x, truth)
+    agree()
+    other = tmp_path / "other.weights"
+    for l in exact.layers:
+        if l.type == "convolutional":
+            l.weights *= -1.5
+    save_weights(exact, other)
+    load_weights(fast, other)
+    agree()
+    for net in (exact, fast):
+        net.layers[0].weights[::7] = 0.25
+    fast.weights_changed()
+    agree()
+
+
+# -- the official yolov3-tiny weights on the sample photos -----------------------------------
+
+@pytest.mark.slow
+def test_yolov3_tiny_detections_identical_on_the_photos():
+    """Every yolo output within 1e-3 of its scale, and the printed lines and boxes
+    identical, on every sample photo."""
+    from darknumba.vision.detector import Detector, expand_images
+    weights = tiny_weights()
+    if not DATA.exists() or not expand_images([str(DATA)]):
+        pytest.skip(f"sample photos not found at {DATA} (set DARKNUMBA_DATA)")
+    photos = expand_images([str(DATA)])
+    cfg = ROOT / "cfg" / "yolov3-tiny.cfg"
+    runs = [Detector(cfg, weights, thresh=0.25, exact=e) for e in (True, False)]
+    assert runs[1].net.layers[8].winograd_weights is None            # not yet run
+    preds = [list(d.run(photos)) for d in runs]
+    assert runs[1].net.layers[8].winograd_weights is not None
+    assert all(l.winograd_weights is None for l in runs[0].net.layers if l.type == "convolutional")
+    for pe, pf in zip(*preds, strict=True):
+        assert pe.lines() == pf.lines(), pe.source
+        assert [d["box"] for d in pe.results] == [d["box"] for d in pf.results], pe.source
+        assert len(pe.lines()) > 0
+    x = np.random.default_rng(0).uniform(0, 1, (1, 3, 416, 416)).astype(np.float32)
+    for d in runs:
+        d.net.predict(x)
+    for le, lf in zip(runs[0].net.layers, runs[1].net.layers):
+        if le.type == "yolo":
+            assert rel_diff(lf.output, le.output) < 1e-3
