@@ -294,6 +294,14 @@ def _snapshot(lib, net, nlayers: int, fields, prefix: str, out: dict):
                 out[f"{prefix}L{i:03d}_{f}"] = a
 
 
+def _delta_front(lib, net, i: int):
+    """Layer i's delta as the layers after it see it: an antialiased AlexeyAB layer's delta
+    has its stride-1 size, of which the next layer's backward fills the start (the shim's
+    ``delta_front``; the pjreddie shim has no such field: its delta is the whole)."""
+    d = _read(lib, net, i, "delta_front")
+    return d if d is not None else _read(lib, net, i, "delta")
+
+
 def _backward_reading(lib, net, layers: list, out: dict):
     """backward_network, one layer at a time, keeping what the per-layer replay feeds our
     layers: each layer's delta as its backward starts (``L###_delta_in``), and the deltas of
@@ -302,7 +310,7 @@ def _backward_reading(lib, net, layers: list, out: dict):
     its own ``_delta_in``)."""
     dests = (ctypes.c_int * MAX_DESTS)()
     for i in range(len(layers) - 1, -1, -1):
-        d = _read(lib, net, i, "delta")
+        d = _delta_front(lib, net, i)
         if d is not None:
             out[f"L{i:03d}_delta_in"] = d
         if layers[i]["stopbackward"]:
@@ -310,12 +318,12 @@ def _backward_reading(lib, net, layers: list, out: dict):
         k = lib.dnc_backward_dests(net, i, dests, MAX_DESTS)
         layers[i]["bwd_dests"] = list(dests[:min(k, MAX_DESTS)])
         for j in layers[i]["bwd_dests"]:
-            before = _read(lib, net, j, "delta")
+            before = _delta_front(lib, net, j)
             if before is not None and before.any():
                 out[f"L{i:03d}_bwd_in_{j:03d}"] = before
         lib.dnc_backward_layer(net, i)
         for j in layers[i]["bwd_dests"]:
-            after = _read(lib, net, j, "delta")
+            after = _delta_front(lib, net, j)
             if j != i - 1 and after is not None:
                 out[f"L{i:03d}_bwd_out_{j:03d}"] = after
 

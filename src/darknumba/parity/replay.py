@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layers.antialias import Antialiased
 from ..layers.base import UpdateArgs
 from ..network import zero_delta
 
@@ -46,6 +47,13 @@ def _put(l, f: str, value) -> bool:
         return False
     a[...] = np.asarray(value, np.float32).reshape(a.shape)
     return True
+
+
+def final_delta(l) -> np.ndarray:
+    """The delta darknet's backward leaves in a layer: an antialiased layer's is its host's
+    (the stride-1 size, as AlexeyAB keeps it), which the convolution's backward rewrites in
+    place; the blurred-size delta the next layers add into is `l.delta`."""
+    return l.host.delta if isinstance(l, Antialiased) else l.delta
 
 
 def has_batch_stats(l) -> bool:
@@ -151,7 +159,7 @@ def _backward(net, ref, ref_layers, x, own):
         net.delta = None if i == 0 else net.layers[i - 1].delta
         l.backward(net)
         if l.cost is None or _key(i, "delta") not in own:   # a loss layer's delta is forward's
-            own[_key(i, "delta")] = l.delta.copy()
+            own[_key(i, "delta")] = final_delta(l).copy()
         for g in GRADS:
             a = _array(l, g)
             if a is not None:

@@ -1,0 +1,156 @@
+"""`darknumba compare --train` live against an AlexeyAB build (DARKNET_AB_DIR: an AlexeyAB
+darknet tree built with `make LIBSO=1`; skipped without one): the small AlexeyAB-style networks
+of tests/fixtures/ab (every key), a network with AlexeyAB's own activations in [activation]
+layers, and one yolov4-tiny step with the official weights on dog.jpg with hand-made labels.
+The same runs recorded without C: test_ab_golden.py, test_ab_train_golden.py."""
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import DATA, ROOT, v4tiny_weights
+from typer.testing import CliRunner
+
+import darknumba as dn
+from darknumba.cli import app
+from darknumba.weights import save_weights
+
+FIX = ROOT / "tests" / "fixtures" / "ab"
+runner = CliRunner()
+
+
+def darknet_ab_dir() -> Path:
+    d = os.environ.get("DARKNET_AB_DIR")
+    if not d:
+        pytest.skip("DARKNET_AB_DIR is not set (point it at an AlexeyAB darknet tree built with "
+                    "`make LIBSO=1`); the recorded AlexeyAB fixtures are tested in test_ab_*")
+    return Path(d)
+
+
+def compare(*args) -> tuple[int, dict]:
+    r = runner.invoke(app, ["compare", "--darknet", str(darknet_ab_dir()), *map(str, args),
+                            "--json"])
+    if r.exception and not isinstance(r.exception, SystemExit):
+        raise r.exception
+    assert "{" in r.stdout, r.output
+    return r.exit_code, json.loads(r.stdout[r.stdout.index("{"):])
+
+
+def judged_layers(report) -> set:
+    return {row["layer"] for row in report["rows"]
+            if row["own_ratio"] is not None and row["layer"] is not None}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["ab-small-a", "ab-small-b"])
+def test_small_network_train_step_passes_every_layer(tmp_path, name):
+    d = np.load(FIX / name / "forward_train" / "data.npz")
+    np.save(tmp_path / "x.npy", d["input"])
+    np.save(tmp_path / "t.npy", d["truth"])
+    code, report = compare(FIX / name / f"{name}.cfg", FIX / name / "init.weights",
+                           tmp_path / "x.npy", "--train", "--truth", tmp_path / "t.npy")
+    assert code == 0 and report["passed"], report["verdict"]
+    n = len(json.loads((FIX / name / "forward_train" / "manifest.json").read_text())["layers"])
+    assert judged_layers(report) == set(range(n))
+    tensors = {row["tensor"] for row in report["rows"]}
+    assert {"delta", "weight_updates", "scale_updates", "weights step", "rate"} <= tensors
+
+
+@pytest.mark.slow
+def test_small_act_forward_passes_every_layer():
+    """Every activation AlexeyAB accepts; compare runs darknumba under compat="darknet-cpu", so
+    relu6 and [activation]'s swish / mish give AlexeyAB's zeros."""
+    d = np.load(FIX / "ab-small-act" / "forward_test" / "data.npz")
+    x = Path(os.environ.get("TMPDIR", "/tmp")) / f"ab-small-act-{os.getpid()}.npy"
+    np.save(x, d["input"])
+    try:
+        code, report = compare(FIX / "ab-small-act" / "ab-small-act.cfg",
+                               FIX / "ab-small-act" / "init.weights", x)
+    finally:
+        x.unlink()
+    assert code == 0 and report["passed"], report["verdict"]
+    assert len(judged_layers(report)) == 109
+
+
+ACT_NET = """[net]
+batch=2
+subdivisions=1
+width=16
+height=16
+channels=3
+learning_rate=0.01
+momentum=0.9
+decay=0.0005
+
+[convolutional]
+batch_normalize=1
+filters=8
+size=3
+stride=2
+pad=1
+activation=linear
+
+[activation]
+activation={first}
+
+[convolutional]
+filters=8
+size=3
+stride=1
+pad=1
+activation={conv}
+
+[activation]
+activation={second}
+
+[convolutional]
+filters=21
+size=1
+stride=1
+pad=1
+activation=linear
+
+[yolo]
+mask=0,1,2
+anchors=4,5, 8,9, 12,10
+classes=2
+num=3
+iou_loss=ciou
+scale_x_y=1.05
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first,conv,second", [("mish", "leaky", "elu"),
+                                               ("swish", "relu6", "hard_mish"),
+                                               ("leaky", "mish", "selu")])
+def test_activation_layers_train_step(tmp_path, first, conv, second):
+    """[activation] with AlexeyAB's activations inside a trained network: AlexeyAB's CPU
+    gives 0 and passes a zero delta down (copying it over the layer below's)."""
+    cfg = tmp_path / "act.cfg"
+    cfg.write_text(ACT_NET.format(first=first, conv=conv, second=second))
+    net = dn.parse_network_cfg(cfg, dialect="alexeyab")     # Darknet's random initial weights
+    save_weights(net, tmp_path / "act.weights")
+    labels = tmp_path / "t.txt"
+    labels.write_text("0 0.3 0.4 0.25 0.3\n1 0.7 0.6 0.5 0.45\n")
+    code, report = compare(cfg, tmp_path / "act.weights", "--random-input", "--train",
+                           "--truth", labels)
+    assert code == 0 and report["passed"], report["verdict"]
+    assert judged_layers(report) == set(range(6))
+
+
+@pytest.mark.slow
+def test_yolov4_tiny_train_step_on_dog(tmp_path):
+    """One training step of the official yolov4-tiny on dog.jpg (resized by AlexeyAB) with
+    labels for the dog, the bicycle and the truck, batch 2."""
+    weights = v4tiny_weights()
+    cfg = tmp_path / "yolov4-tiny.cfg"
+    cfg.write_text((ROOT / "cfg" / "yolov4-tiny.cfg").read_text()
+                   .replace("\nbatch=64\n", "\nbatch=2\n"))
+    code, report = compare(cfg, weights, DATA / "dog.jpg", "--train",
+                           "--truth", FIX / "yolov4-tiny-train" / "dog.txt")
+    assert code == 0 and report["passed"], report["verdict"]
+    assert judged_layers(report) == set(range(38))
+    assert report["scalars"]["cost"]["darknumba"] == pytest.approx(
+        report["scalars"]["cost"]["darknet"], rel=1e-4)
