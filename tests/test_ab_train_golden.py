@@ -100,3 +100,49 @@ def test_recorded_per_layer_verdict_covers_every_layer():
     own = [r for r in m["rows"] if r["own_ratio"] is not None and r["layer"] is not None]
     assert {r["layer"] for r in own} == set(range(len(m["layers"])))
     assert max(r["own_ratio"] for r in own) < 1
+
+
+# -- yolov4 (full) at 128x128, batch 2, seeded weights -----------------------------------------
+V4 = ROOT / "tests" / "fixtures" / "ab" / "yolov4-128-train"
+V4_TOL = 5e-3
+
+
+def yolov4_128_cfg(tmp_path) -> Path:
+    text = (ROOT / "cfg" / "yolov4.cfg").read_text()
+    for a, b in (("batch=64", "batch=2"), ("subdivisions=8", "subdivisions=1"),
+                 ("width=608", "width=128"), ("height=608", "height=128")):
+        text = text.replace(f"\n{a}\n", f"\n{b}\n")
+    cfg = tmp_path / "yolov4-128.cfg"
+    cfg.write_text(text)
+    return cfg
+
+
+@pytest.mark.slow
+def test_yolov4_128_train_step_end_to_end(tmp_path):
+    """yolov4's 162 layers with darknumba's seeded initial weights (as the recording's C side
+    loaded them), compare's seeded random input and hand-made truths for two images: the cost,
+    every layer's output and the three yolo layers' deltas. End to end over 162 layers of
+    random weights C's float32 sums drift to ~2e-3 of the largest value (the per-layer verdict
+    recorded with them judged every layer on C's own inputs: PASS, the worst at 0.7 x its
+    rounding tolerance)."""
+    m = json.loads((V4 / "manifest.json").read_text())
+    d = np.load(V4 / "data.npz")
+    net = dn.parse_network_cfg(yolov4_128_cfg(tmp_path), dialect="alexeyab",
+                               seed=m["weights_seed"], compat="darknet-cpu")
+    assert net.n == len(m["layers"]) == 162
+    x = np.random.default_rng(m["input_seed"]).random(net.batch * net.inputs, dtype=np.float32)
+    ours = run_darknumba(net, "trainstep", x, np.load(V4 / "truth.npy"))
+    assert ours["meta"]["run"]["cost"] == pytest.approx(m["run"]["cost"], rel=1e-4)
+    assert ours["meta"]["run"]["rate"] == pytest.approx(m["run"]["rate"], rel=1e-6)
+    bad = []
+    for key, step in m["sub_steps"].items():
+        _, r = diff(ours[key][::step], d[f"{key}_sub"])
+        if not r <= V4_TOL:
+            bad.append(f"{key}: max rel {r:.3g}")
+    for i in (139, 150, 161):
+        assert ours[f"L{i:03d}_cost"][0] == pytest.approx(float(d[f"L{i:03d}_cost"][0]),
+                                                          rel=1e-4)
+    assert not bad, "\n".join(bad)
+    assert len(m["sub_steps"]) == 162 + 3
+    assert m["passed"] and max(r["own_ratio"] for r in m["rows"]
+                               if r["own_ratio"] is not None) < 1
