@@ -153,6 +153,8 @@ long long dnc_field(network *net, int i, const char *name, void **ptr)
     else if (!strcmp(name, "delta_front")) { f = l->delta; n = front; }
     else if (!strcmp(name, "x")) { f = l->x; n = l->batch_normalize ? act : 0; }
     else if (!strcmp(name, "x_norm")) { f = l->x_norm; n = l->batch_normalize ? act : 0; }
+    /* what swish (its sigmoid), mish and hard_mish (the pre-activation) keep for backward */
+    else if (!strcmp(name, "activation_input")) { f = l->activation_input; n = act; }
     else if (!strcmp(name, "weights")) { f = l->weights; n = nweights; }
     else if (!strcmp(name, "weight_updates")) { f = l->weight_updates; n = nweights; }
     else if (!strcmp(name, "biases")) { f = l->biases; n = nbiases; }

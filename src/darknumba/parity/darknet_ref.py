@@ -37,8 +37,9 @@ GRAD_FIELDS = ("mean", "variance", "output", "delta", "cost", "weight_updates", 
                "scale_updates", "x_norm")
 PARAM_FIELDS = ("weights", "biases", "scales", "rolling_mean", "rolling_variance")
 # read in train mode for the per-layer replay (replay.py): batch norm's input, which its
-# backward and the tolerance of its batch statistics need
-REPLAY_FIELDS = ("x",)
+# backward and the tolerance of its batch statistics need, and what AlexeyAB's swish, mish and
+# hard_mish keep for their gradient (its shim alone has the field)
+REPLAY_FIELDS = ("x", "activation_input")
 MAX_DESTS = 64
 MODES = ("forward_test", "forward_train", "trainstep")
 # Characters a darknet folder may have: a comma would split -Wl,-rpath,DIR into linker options,

@@ -9,7 +9,9 @@ is not blamed on the layer that receives it.
   dialects normalise with the same formula in both modes), so the output is judged on the
   layer's convolution and normalisation, the statistics on their sums.
 - backward (``trainstep``): layer i gets C's forward state (``output``, ``x``, ``mean``,
-  ``variance``), C's delta as its own backward started, and C's deltas of the layers it adds
+  ``variance``, and what AlexeyAB's swish / mish / hard_mish kept, ``activation_input``: their
+  gradient at our own pre-activation would carry the rounding of the layer's long sums), C's
+  delta as its own backward started, and C's deltas of the layers it adds
   into as they were just before; its gradients start from zero (as C's did).
 - update: each layer's step from C's parameters and C's gradients, with C's learning rate.
 
@@ -24,7 +26,8 @@ from ..layers.antialias import Antialiased
 from ..layers.base import UpdateArgs
 from ..network import zero_delta
 
-STATE_FIELDS = ("output", "x", "mean", "variance")     # what a layer's backward reads
+# what a layer's backward reads (activation_input: what swish / mish / hard_mish kept)
+STATE_FIELDS = ("output", "x", "mean", "variance", "activation_input")
 GRADS = ("weight_updates", "bias_updates", "scale_updates")
 STEP = ("weights", "biases", "scales")
 # layers whose own computation cannot be replayed: random masks, or state kept inside

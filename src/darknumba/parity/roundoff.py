@@ -36,6 +36,8 @@ U = EPS / 2               # unit roundoff: the largest relative error of one rou
 C_SUM = 8.0               # lambda = 4 for each side (see the module docstring)
 C_ELEM = 16.0             # element-wise work (activations, normalisation, axpy): a few ulps
 LINEAR_LAYERS = ("convolutional", "connected", "deconvolutional", "local")
+# the largest |act'| where it exceeds 1 (AlexeyAB's formulas): what a delta can grow by
+MAX_SLOPE = {"ramp": 1.1, "gelu": 1.13, "swish": 1.1, "mish": 1.1, "selu": 1.76}
 
 
 def sum_tol(K, T):
@@ -241,14 +243,15 @@ class LayerBounds:
                 + elem_tol(ref)), M
 
     def _delta_act(self):
-        """|C's delta as the layer's backward started| (act' <= 1 bounds it after act')."""
+        """|C's delta as the layer's backward started| times the largest |act'| (1 for most:
+        MAX_SLOPE), which bounds it after act'."""
         d = self.r("delta_in")
         if d is not None and self.blur is not None and np.size(d) == self.blur.delta.size \
                 and self.l.quirks.antialias_no_blur_backward:
             # AlexeyAB's CPU backward reads the blurred-size delta as the start of the host's
             d = np.concatenate([np.asarray(d), np.zeros(self.l.delta.size - np.size(d))])
         return None if d is None or np.size(d) != self.l.delta.size else np.abs(
-            np.asarray(d, np.float64))
+            np.asarray(d, np.float64)) * MAX_SLOPE.get(getattr(self.l, "activation", ""), 1.0)
 
     def lin_delta(self, ref):
         """The layer's own delta after its backward: act' (element-wise) and, with batch
