@@ -42,6 +42,29 @@ def judged_layers(report) -> set:
             if row["own_ratio"] is not None and row["layer"] is not None}
 
 
+def test_label_file_truth_has_alexeyabs_layout(tmp_path):
+    """--truth labels.txt for an AlexeyAB [yolo] network: rows of x, y, w, h, class, track id
+    (AlexeyAB's truth_size 6), 200 per image, the same for every image of the batch."""
+    from darknumba.parity.compare import read_truth
+    net = dn.parse_network_cfg(FIX / "ab-small-a" / "ab-small-a.cfg", dialect="alexeyab")
+    labels = tmp_path / "l.txt"
+    labels.write_text("1 0.5 0.25 0.2 0.1\n0 0.1 0.2 0.3 0.4\n")
+    t = read_truth(labels, net).reshape(net.batch, 200, 6)
+    np.testing.assert_array_equal(t[:, 0], np.float32([[0.5, 0.25, 0.2, 0.1, 1, 0]] * net.batch))
+    np.testing.assert_array_equal(t[:, 1], np.float32([[0.1, 0.2, 0.3, 0.4, 0, 0]] * net.batch))
+    assert not t[:, 2:].any()
+
+
+def test_the_c_side_child_imports_this_darknumba(tmp_path, monkeypatch):
+    """compare runs C darknet in a child Python process: it must import the darknumba the
+    parent runs (its shim reader and replay fields), not another install found first."""
+    from darknumba.parity.darknet_ref import DarknetTree, _child_env
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = _child_env(DarknetTree(tmp_path, tmp_path / "darknet.h", tmp_path / "libdarknet.so"))
+    first = env["PYTHONPATH"].split(os.pathsep)
+    assert Path(first[0]) == Path(dn.__file__).resolve().parents[1] and first[1] == "/elsewhere"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", ["ab-small-a", "ab-small-b"])
 def test_small_network_train_step_passes_every_layer(tmp_path, name):

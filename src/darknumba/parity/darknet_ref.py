@@ -216,9 +216,14 @@ def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=Non
 
 def _child_env(tree: DarknetTree) -> dict:
     """libdarknet.so preloaded: darknet defines its own `error()`, which glibc's `error()` would
-    otherwise shadow in a process that loads darknet with dlopen (its messages would be lost)."""
+    otherwise shadow in a process that loads darknet with dlopen (its messages would be lost).
+    The folder this darknumba was imported from goes first on the child's PYTHONPATH, so that
+    both sides of a comparison run the same darknumba (not another install the child would
+    find first)."""
     env = dict(os.environ)
     env["LD_PRELOAD"] = " ".join(filter(None, [str(tree.library), env.get("LD_PRELOAD")]))
+    ours = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ours, env.get("PYTHONPATH")]))
     return env
 
 
