@@ -81,6 +81,20 @@ def test_small_network_train_step_passes_every_layer(tmp_path, name):
 
 
 @pytest.mark.slow
+def test_perturbed_antialiased_layer_alone_is_named_in_a_train_step(tmp_path):
+    """A weight of ab-small-a's antialiased convolution (layer 19) changed on darknumba's side:
+    judged per layer on C's own inputs, only layer 19's tensors fail."""
+    d = np.load(FIX / "ab-small-a" / "forward_train" / "data.npz")
+    np.save(tmp_path / "x.npy", d["input"])
+    np.save(tmp_path / "t.npy", d["truth"])
+    code, report = compare(FIX / "ab-small-a" / "ab-small-a.cfg",
+                           FIX / "ab-small-a" / "init.weights", tmp_path / "x.npy", "--train",
+                           "--truth", tmp_path / "t.npy", "--perturb", "19:3")
+    assert code == 1 and report["first_failure"]["layer"] == 19
+    assert {row["layer"] for row in report["rows"] if row["judged"] and not row["ok"]} == {19}
+
+
+@pytest.mark.slow
 def test_small_act_forward_passes_every_layer():
     """Every activation AlexeyAB accepts; compare runs darknumba under compat="darknet-cpu", so
     relu6 and [activation]'s swish / mish give AlexeyAB's zeros."""
