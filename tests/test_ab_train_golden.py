@@ -56,7 +56,7 @@ def test_truth_holds_the_three_labels_as_alexeyab_lays_them_out(step):
 
 
 def test_cost_rate_and_seen(step):
-    net, ours, d, manifest, _ = step
+    _, ours, d, manifest, _ = step
     run = manifest["run"]
     assert ours["meta"]["run"]["cost"] == pytest.approx(run["cost"], rel=1e-5)
     assert ours["meta"]["run"]["rate"] == pytest.approx(run["rate"], rel=1e-6)

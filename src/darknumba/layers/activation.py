@@ -8,9 +8,9 @@ and outputs 0 with a zero gradient: compat="darknet-cpu" reproduces that
 (quirks.activate_lacks_ab_cases); by default they compute what they name."""
 from ..kernels.activations import ACTIVATIONS, KEEPS_INPUT, activate_array, gradient_array
 from ..kernels.blas import copy_cpu
-from .base import DEFAULT_QUIRKS, Layer, pass_delta
 from .activate import (ACTIVATION_LAYER_EXCLUDED, ZEROED_IN_ACTIVATION_LAYER, activate_output,
                        get_activation, gradient_output, zeroed)
+from .base import DEFAULT_QUIRKS, Layer, pass_delta
 
 
 class ActivationLayer(Layer):
