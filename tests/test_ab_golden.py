@@ -40,20 +40,39 @@ def check(rows, label):
 
 
 @pytest.mark.parametrize("mode", ["forward_test", "forward_train"])
-@pytest.mark.parametrize("name", SMALL)
+@pytest.mark.parametrize("name", SMALL + ("ab-small-act",))
 def test_small_networks_forward(name, mode):
+    """ab-small-act (every activation AlexeyAB accepts, in convolutions with and without batch
+    norm, [activation] and [shortcut] layers) as AlexeyAB's CPU build computes it: relu6 and
+    [activation]'s swish / mish output 0 there (compat="darknet-cpu")."""
     d = np.load(FIX / name / mode / "data.npz")
-    net = small_network(name)
+    net = small_network(name, compat="darknet-cpu" if name == "ab-small-act" else None)
     train = mode == "forward_train"
-    net.forward(d["input"], train=train, truth=d["truth"] if train else None)
+    net.forward(d["input"], train=train, truth=d["truth"] if train and "truth" in d else None)
     rows = [(k, getattr(l, f), d[k], None) for i, l in enumerate(net.layers) for f in FIELDS
             if (k := f"L{i:03d}_{f}") in d.files]
-    if train:                                   # the yolo layers' deltas and costs
+    if train and "truth" in d:                  # the yolo layers' deltas and costs
         rows += [(f"L{i:03d}_delta", l.delta, d[f"L{i:03d}_delta"], None)
                  for i, l in enumerate(net.layers) if l.type == "yolo"]
         rows.append(("cost", np.float32(net.cost), d["cost"], None))
+    omitted = json.loads((FIX / name / mode / "manifest.json").read_text()).get(
+        "omitted_identical_outputs", {})          # one-input routes: a copy of their input
+    rows += [(k, net.layers[int(k[1:4])].output, d[src], None) for k, src in omitted.items()]
     assert sum(k.endswith("_output") for k, *_ in rows) >= len(net.layers) - 4
     check(rows, f"{name} {mode}")
+
+
+def test_small_act_by_default_computes_what_alexeyabs_cpu_zeroes():
+    """Without compat the same network computes relu6, and swish / mish in [activation]: the
+    layers that differ from the recording are exactly those AlexeyAB outputs 0 for."""
+    d = np.load(FIX / "ab-small-act" / "forward_test" / "data.npz")
+    net = small_network("ab-small-act")
+    net.forward(d["input"])
+    differ = {i: l.activation for i, l in enumerate(net.layers)
+              if (k := f"L{i:03d}_output") in d.files and diff(l.output, d[k])[1] > TOL}
+    assert set(differ.values()) == {"relu6", "mish", "swish"}
+    assert all(not d[f"L{i:03d}_output"].any() and net.layers[i].output.any() for i in differ)
+    assert {net.layers[i].type for i, a in differ.items() if a != "relu6"} == {"activation"}
 
 
 def bias_terms(layer, delta):

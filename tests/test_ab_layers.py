@@ -121,10 +121,41 @@ def test_shortcut_activation_gradients(tmp_path, name):
     check_network(net, rng, h=1e-2 if name != "leaky" else 1e-4).assert_ok(name)
 
 
+@pytest.mark.parametrize("name", ["mish", "swish", "hard_mish", "relu6"])
+def test_activation_layer_computes_alexeyabs_activations(tmp_path, name):
+    """[activation] with AlexeyAB's own activations: the function it names (forward as the
+    reference, the same bits in test and train mode), backward by finite differences."""
+    net, rng = build(tmp_path, conv(4, activation="linear") + f"[activation]\nactivation={name}\n",
+                     w=5, h=5)
+    x = rng.uniform(-3, 3, net.batch * net.inputs).astype(np.float32)
+    test = net.forward(x).copy()
+    np.testing.assert_array_equal(test, net.forward(x, train=True))
+    lin = net.layers[0].output
+    np.testing.assert_allclose(test, naive_ab.activate(name, lin), rtol=3e-6, atol=CANCEL_ATOL)
+    h = {"hard_mish": 1e-3, "relu6": 1e-4}.get(name, 1e-2)    # smaller steps near the kinks
+    check_network(net, rng, h=h).assert_ok(name)
+
+
+@pytest.mark.parametrize("name", ["mish", "swish", "hard_mish", "relu6"])
+def test_activation_layer_outputs_zero_as_alexeyabs_cpu_under_compat(tmp_path, name):
+    """AlexeyAB's activate() / gradient() have no case for these: its [activation] layer outputs
+    0 and passes a zero delta down (copied over the layer below's, as its backward copies)."""
+    net, rng = build(tmp_path, conv(4, activation="linear") + f"[activation]\nactivation={name}\n",
+                     w=5, h=5, compat="darknet-cpu")
+    x = rng.uniform(-3, 3, net.batch * net.inputs).astype(np.float32)
+    assert not net.forward(x, train=True).any()
+    act, below = net.layers[1], net.layers[0]
+    act.delta[:] = 1
+    below.delta[:] = 5
+    net.index, net.input, net.delta = 1, below.output, below.delta
+    act.backward(net)
+    assert not act.delta.any() and not below.delta.any()
+
+
 @pytest.mark.parametrize("section,act,where", [
-    ("[connected]\noutput=4\n", "mish", "[convolutional] and [shortcut]"),
+    ("[connected]\noutput=4\n", "mish", "[convolutional], [shortcut] and [activation]"),
     ("[activation]\n", "normalize_channels", "[convolutional] layers"),
-    ("[shortcut]\nfrom=-1\n", "hard_mish", "[convolutional] layers"),
+    ("[shortcut]\nfrom=-1\n", "hard_mish", "[convolutional] and [activation] layers"),
 ])
 def test_activation_outside_convolutional_is_an_error(tmp_path, section, act, where):
     msg = cfg_error(tmp_path, conv(3) + section + f"activation={act}\n")

@@ -10,9 +10,11 @@ import darknumba as dn
 from darknumba.dialect import quirks_for
 
 SRC = Path(dn.__file__).parent
-CPU_QUIRKS = ("delta_overwrite_1x1", "strided_1x1_misread", "overwrite_delta",
+CPU_QUIRKS = ("delta_overwrite_1x1", "strided_1x1_misread", "batchnorm_layer_not_updated",
               "region_no_backward", "rnn_late_delta", "two_pass_bn_stats", "adam_ignored",
               "sig_unsigned_wrap")
+AB_CPU_QUIRKS = ("col2im_zeroes_delta", "sam_overwrites_from_delta", "bn_bias_not_updated",
+                 "antialias_no_blur_backward", "implicit_not_updated", "activate_lacks_ab_cases")
 
 
 def test_pjreddie_default_has_no_cpu_quirks():
@@ -25,7 +27,17 @@ def test_pjreddie_default_has_no_cpu_quirks():
 
 def test_darknet_cpu_turns_every_cpu_quirk_on():
     q = quirks_for("pjreddie", "darknet-cpu")
-    assert all(getattr(q, k) for k in CPU_QUIRKS)
+    assert all(getattr(q, k) for k in CPU_QUIRKS) and q.overwrite_delta
+    assert not any(getattr(q, k) for k in AB_CPU_QUIRKS)
+
+
+@pytest.mark.parametrize("compat", [None, "darknet-cpu"])
+def test_alexeyab_cpu_quirks_only_under_compat(compat):
+    """Both dialects' [activation], [batchnorm], [normalization] and [reorg] copy their delta
+    down; AlexeyAB's CPU bugs come on with compat only."""
+    q = quirks_for("alexeyab", compat)
+    on = compat is not None
+    assert all(getattr(q, k) == on for k in AB_CPU_QUIRKS) and q.overwrite_delta == on
 
 
 @pytest.mark.parametrize("compat", [None, "darknet-cpu"])

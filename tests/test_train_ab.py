@@ -210,3 +210,30 @@ def test_partial_yolov4_tiny_conv29_then_custom_training_starts(shapes, tmp_path
                        log=lambda m, file=None: lines.append(m))
     assert any(m.startswith("loaded 29 of 38 layers") for m in lines), lines[:3]
     assert r["final_iteration"] == 2 and np.isfinite(r["loss"])
+
+
+def test_dynamic_minibatch_with_random_resize_is_refused_naming_the_way_out(shapes, tmp_path):
+    """AlexeyAB's dynamic_minibatch changes the batch at each random size; darknumba keeps
+    the cfg's batch, so it refuses such a cfg (before any data is read) and says what to set."""
+    from darknumba.errors import DarknumbaError
+    from darknumba.train.detector import TrainOptions, train_detector
+    data, _ = shapes
+    cfg = tmp_path / "dyn.cfg"
+    cfg.write_text(ab_tiny_cfg(dynamic_minibatch=1).replace("random=0", "random=1"))
+    with pytest.raises(DarknumbaError, match=r"dyn\.cfg: \[net\] dynamic_minibatch=1 .* not "
+                                             r"supported.*dynamic_minibatch=0.*batch=8.*random=0"):
+        train_detector(data, cfg, TrainOptions(backup=str(tmp_path), progress=False,
+                                               chart=False), log=lambda m, file=None: None)
+
+
+@pytest.mark.slow
+def test_dynamic_minibatch_without_random_resize_trains_as_alexeyab(shapes, tmp_path):
+    """Without random resizing AlexeyAB never changes the batch either: training runs."""
+    from darknumba.train.detector import TrainOptions, train_detector
+    data, _ = shapes
+    cfg = tmp_path / "dyn0.cfg"
+    cfg.write_text(ab_tiny_cfg(dynamic_minibatch=1, max_batches=1, mosaic=0))
+    r = train_detector(data, cfg, TrainOptions(backup=str(tmp_path), progress=False,
+                                               chart=False, map_every=-1),
+                       log=lambda m, file=None: None)
+    assert r["final_iteration"] == 1 and np.isfinite(r["loss"])

@@ -68,8 +68,11 @@ class Quirks:
     # a 1x1 convolution with stride > 1 multiplies the first out_h*out_w input pixels
     strided_1x1_misread: bool = False
     # [activation], [batchnorm], [normalization], [reorg] copy their delta over the previous
-    # layer's (and [region] passes none) instead of adding to it
+    # layer's instead of adding to it (both dialects' C code)
     overwrite_delta: bool = False
+    # a [batchnorm] layer's scales and biases are never updated (pjreddie's CPU build has no
+    # update for it; AlexeyAB's has)
+    batchnorm_layer_not_updated: bool = False
     # pjreddie's CPU [region] backward passes no gradient to the layer below (its GPU build does)
     region_no_backward: bool = False
     # [rnn]'s CPU backward hands the input layer the self layer's delta after act' and batch
@@ -88,6 +91,11 @@ class Quirks:
     col2im_zeroes_delta: bool = False
     # [sam]'s backward writes the `from` layer's delta with `=` (its GPU code adds)
     sam_overwrites_from_delta: bool = False
+    # activate() and gradient() have no case for AlexeyAB's relu6, swish, mish and hard_mish:
+    # they return 0. Every layer's CPU activation of relu6 goes through activate() (output 0);
+    # swish, mish and hard_mish reach it only in [activation] (output 0, gradient 0: its GPU
+    # kernels lack them too), as [convolutional] and [shortcut] call their own functions
+    activate_lacks_ab_cases: bool = False
 
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
@@ -172,10 +180,12 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       sam_overwrites_from_delta=compat == "darknet-cpu",
                       bn_bias_not_updated=compat == "darknet-cpu",
                       antialias_no_blur_backward=compat == "darknet-cpu",
-                      implicit_not_updated=compat == "darknet-cpu")
+                      implicit_not_updated=compat == "darknet-cpu",
+                      activate_lacks_ab_cases=compat == "darknet-cpu",
+                      overwrite_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,
-                  overwrite_delta=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,
+                  overwrite_delta=cpu, batchnorm_layer_not_updated=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,
                   sig_unsigned_wrap=cpu)
 
 

@@ -3,7 +3,8 @@ the way AlexeyAB's convolutional and shortcut layers do (activations that keep t
 activations across the channels of a pixel)."""
 import numpy as np
 
-from ..kernels.activations import ACTIVATIONS, KEEPS_INPUT, LINEAR, PER_PIXEL, activate_array
+from ..kernels.activations import (ACTIVATIONS, HARD_MISH, KEEPS_INPUT, LINEAR, MISH, PER_PIXEL,
+                                   RELU6, SWISH, activate_array)
 from ..kernels.activations_ab import activate_layer_cpu, gradient_layer_cpu
 
 _EMPTY = np.empty(0, np.float32)
@@ -15,6 +16,16 @@ _EMPTY = np.empty(0, np.float32)
 CONV_ONLY = ("swish", "mish", "hard_mish", "normalize_channels", "normalize_channels_softmax",
              "normalize_channels_softmax_maxval")
 SHORTCUT_EXCLUDED = CONV_ONLY[2:]
+ACTIVATION_LAYER_EXCLUDED = CONV_ONLY[3:]
+# what AlexeyAB's activate() outputs 0 for (quirks.activate_lacks_ab_cases): relu6 in the
+# layers whose own code sends it there, all four in [activation]
+ZEROED_BY_ACTIVATE = (RELU6,)
+ZEROED_IN_ACTIVATION_LAYER = (RELU6, SWISH, MISH, HARD_MISH)
+
+
+def zeroed(l, which=ZEROED_BY_ACTIVATE) -> bool:
+    """Whether AlexeyAB's CPU build outputs 0 for this layer's activation (under compat)."""
+    return l.quirks.activate_lacks_ab_cases and l.activation_id in which
 
 
 def get_activation(section, key="activation", default="logistic", exclude=CONV_ONLY):
@@ -23,7 +34,9 @@ def get_activation(section, key="activation", default="logistic", exclude=CONV_O
         raise section.error(key, f"unknown activation {name!r}; expected one of "
                                  f"{', '.join(sorted(ACTIVATIONS))}")
     if name in exclude:
-        where = "[convolutional] and [shortcut]" if name in ("swish", "mish") else "[convolutional]"
+        where = ("[convolutional], [shortcut] and [activation]" if name in ("swish", "mish")
+                 else "[convolutional] and [activation]" if name == "hard_mish"
+                 else "[convolutional]")
         raise section.error(key, f"{name} is computed only in {where} layers (most other "
                                  f"layers of AlexeyAB's darknet output 0 for it)")
     return name
@@ -45,7 +58,7 @@ def epilogue_activation(l, train) -> int:
     elementwise one, except in train mode those that keep their input; `activate_output`
     applies the rest afterwards."""
     a = l.activation_id
-    if a in PER_PIXEL or (train and a in KEEPS_INPUT):
+    if a in PER_PIXEL or (train and a in KEEPS_INPUT) or zeroed(l):
         return LINEAR
     return a
 
@@ -56,6 +69,9 @@ def activate_output(l, train, done=LINEAR):
     if a == done:
         return
     n = l.batch * l.outputs
+    if zeroed(l):
+        l.output[:n] = 0
+        return
     if a in KEEPS_INPUT and not train:
         activate_array(l.output, n, a)
         return

@@ -1,10 +1,16 @@
 """[activation] (Darknet's `activation_layer.c`): output = act(input), default linear.
 Backward multiplies by act'(output) and *copies* into the previous delta in Darknet; we add
-(compat="darknet-cpu" copies)."""
-from ..kernels.activations import ACTIVATIONS, activate_array, gradient_array
+(compat="darknet-cpu" copies).
+
+AlexeyAB's swish, mish and hard_mish differentiate from what the forward kept (as in its
+convolution). Its own [activation] layer has no case for them (nor, on the CPU, for relu6)
+and outputs 0 with a zero gradient: compat="darknet-cpu" reproduces that
+(quirks.activate_lacks_ab_cases); by default they compute what they name."""
+from ..kernels.activations import ACTIVATIONS, KEEPS_INPUT, activate_array, gradient_array
 from ..kernels.blas import copy_cpu
+from .activate import (ACTIVATION_LAYER_EXCLUDED, ZEROED_IN_ACTIVATION_LAYER, activate_output,
+                       get_activation, gradient_output, zeroed)
 from .base import DEFAULT_QUIRKS, Layer, pass_delta
-from .activate import get_activation
 
 
 class ActivationLayer(Layer):
@@ -24,7 +30,7 @@ class ActivationLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        act = get_activation(s, default="linear")
+        act = get_activation(s, default="linear", exclude=ACTIVATION_LAYER_EXCLUDED)
         return cls(params.batch, params.w, params.h, params.c, params.inputs, act, params.net.quirks)
 
     def resize(self, w, h):
@@ -33,13 +39,24 @@ class ActivationLayer(Layer):
     def forward(self, net):
         """forward_activation_layer"""
         n = self.batch * self.outputs
+        if zeroed(self, ZEROED_IN_ACTIVATION_LAYER):
+            self.output[:n] = 0
+            return
         copy_cpu(n, net.input, self.output)
-        activate_array(self.output, n, self.activation_id)
+        if self.activation_id in KEEPS_INPUT:
+            activate_output(self, net.train)
+        else:
+            activate_array(self.output, n, self.activation_id)
 
     def backward(self, net):
         """backward_activation_layer"""
         n = self.batch * self.outputs
-        gradient_array(self.output, n, self.activation_id, self.delta)
+        if zeroed(self, ZEROED_IN_ACTIVATION_LAYER):
+            self.delta[:n] = 0
+        elif self.activation_id in KEEPS_INPUT:
+            gradient_output(self)
+        else:
+            gradient_array(self.output, n, self.activation_id, self.delta)
         pass_delta(net, self.delta, n, self.quirks.overwrite_delta)
 
     def describe(self):

@@ -133,7 +133,7 @@ class BatchnormLayer(Layer):
         pass_delta(net, self.delta, self.batch * self.outputs, self.quirks.overwrite_delta)
 
     def update(self, a):
-        if self.quirks.overwrite_delta:
+        if self.quirks.batchnorm_layer_not_updated:
             return
         f32 = np.float32
         step = f32(f32(a.learning_rate) * f32(self.learning_rate_scale) / f32(a.batch))

@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import DarknumbaError
 from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
-from .replay import replay
+from .replay import final_delta, replay
 from .report import Report
 from .roundoff import LayerBounds
 from .tensordiff import AFTER_FIELDS, DEFAULT_TOL, KEY, STEP_PARAMS, compare_tensors, scalar_rows
@@ -57,7 +57,7 @@ def perturb_weight(net, spec: str) -> str:
 def _layer_value(l, f: str):
     if f == "cost":
         return None if l.cost is None else np.array([l.cost], np.float32)
-    a = getattr(l, f, None)
+    a = final_delta(l) if f == "delta" else getattr(l, f, None)
     return a.copy() if isinstance(a, np.ndarray) and a.size else None
 
 
@@ -180,14 +180,15 @@ def read_truth(path, net) -> np.ndarray:
         if last.type not in ("yolo", "region"):     # both read (x, y, w, h, class) per box
             raise DarknumbaError(f"{path}: label .txt files are read for [yolo] and [region] "
                                  f"networks only; give the truth as raw float32 or .npy")
+        size = getattr(last, "truth_size", 5)   # AlexeyAB's yolo: x y w h class track_id
         t = np.zeros(net.truths, np.float32)
         rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip()]
-        for k, row in enumerate(rows[: net.truths // 5]):
+        for k, row in enumerate(rows[: net.truths // size]):
             try:
                 cls, x, y, w, h = int(row[0]), *map(float, row[1:5])
             except (ValueError, IndexError):
                 raise DarknumbaError(f"{path}:{k + 1}: expected `class x y w h`") from None
-            t[k * 5:k * 5 + 5] = (x, y, w, h, cls)
+            t[k * size:k * size + 5] = (x, y, w, h, cls)
         return np.tile(t, net.batch)
     return _fit(read_floats(path, "truth"), net.truths, net.batch, path, "truth")
 

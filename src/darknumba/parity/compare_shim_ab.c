@@ -40,10 +40,25 @@ network *dnc_load(const char *cfg, const char *weights, int clear)
     return net;
 }
 
+/* Truth floats per image. AlexeyAB's parser leaves net->truths at 0: its detector trainer
+ * sizes the truth by the last yolo / gaussian_yolo / region / detection layer's l.truths
+ * (max_boxes * truth_size), its classifier trainer by the classes, the output's size. */
+static int dnc_truths(network *net)
+{
+    int k, truths = net->truths;
+    if (truths) return truths;
+    for (k = 0; k < net->n; ++k) {
+        LAYER_TYPE t = net->layers[k].type;
+        if (t == YOLO || t == GAUSSIAN_YOLO || t == REGION || t == DETECTION)
+            truths = net->layers[k].truths;
+    }
+    return truths ? truths : net->layers[net->n - 1].outputs;
+}
+
 void dnc_net_info(network *net, int *out)
 {
     out[0] = net->n; out[1] = net->batch; out[2] = net->w; out[3] = net->h; out[4] = net->c;
-    out[5] = net->inputs; out[6] = net->outputs; out[7] = net->truths;
+    out[5] = net->inputs; out[6] = net->outputs; out[7] = dnc_truths(net);
     out[8] = net->subdivisions; out[9] = net->time_steps;
 }
 
@@ -125,13 +140,21 @@ long long dnc_field(network *net, int i, const char *name, void **ptr)
         nweights = l->nweights;
     }
     long long bn = l->batch_normalize ? per_channel : 0;
+    /* An antialiased layer keeps its stride-1 sizes (outputs, delta, x); its forward copies
+     * the blurred result, what the next layers read, to the start of l.output, and the next
+     * layer's backward adds into the start of l.delta. */
+    long long front = (l->antialiasing && l->input_layer)
+        ? (long long)l->input_layer->batch * l->input_layer->outputs : act;
     float *f = 0;
     long long n = 0;
     *ptr = 0;
-    if (!strcmp(name, "output")) { f = l->output; n = act; }
+    if (!strcmp(name, "output")) { f = l->output; n = front; }
     else if (!strcmp(name, "delta")) { f = l->delta; n = act; }
+    else if (!strcmp(name, "delta_front")) { f = l->delta; n = front; }
     else if (!strcmp(name, "x")) { f = l->x; n = l->batch_normalize ? act : 0; }
     else if (!strcmp(name, "x_norm")) { f = l->x_norm; n = l->batch_normalize ? act : 0; }
+    /* what swish (its sigmoid), mish and hard_mish (the pre-activation) keep for backward */
+    else if (!strcmp(name, "activation_input")) { f = l->activation_input; n = act; }
     else if (!strcmp(name, "weights")) { f = l->weights; n = nweights; }
     else if (!strcmp(name, "weight_updates")) { f = l->weight_updates; n = nweights; }
     else if (!strcmp(name, "biases")) { f = l->biases; n = nbiases; }
@@ -154,7 +177,7 @@ long long dnc_field(network *net, int i, const char *name, void **ptr)
 
 void dnc_set_input(network *net, const float *x, const float *truth)
 {
-    size_t nx = (size_t)net->batch * net->inputs, nt = (size_t)net->batch * net->truths;
+    size_t nx = (size_t)net->batch * net->inputs, nt = (size_t)net->batch * dnc_truths(net);
     dnc_x = (float *)realloc(dnc_x, sizeof(float) * (nx ? nx : 1));
     memcpy(dnc_x, x, sizeof(float) * nx);
     if (truth) {

@@ -37,8 +37,9 @@ GRAD_FIELDS = ("mean", "variance", "output", "delta", "cost", "weight_updates", 
                "scale_updates", "x_norm")
 PARAM_FIELDS = ("weights", "biases", "scales", "rolling_mean", "rolling_variance")
 # read in train mode for the per-layer replay (replay.py): batch norm's input, which its
-# backward and the tolerance of its batch statistics need
-REPLAY_FIELDS = ("x",)
+# backward and the tolerance of its batch statistics need, and what AlexeyAB's swish, mish and
+# hard_mish keep for their gradient (its shim alone has the field)
+REPLAY_FIELDS = ("x", "activation_input")
 MAX_DESTS = 64
 MODES = ("forward_test", "forward_train", "trainstep")
 # Characters a darknet folder may have: a comma would split -Wl,-rpath,DIR into linker options,
@@ -215,9 +216,14 @@ def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=Non
 
 def _child_env(tree: DarknetTree) -> dict:
     """libdarknet.so preloaded: darknet defines its own `error()`, which glibc's `error()` would
-    otherwise shadow in a process that loads darknet with dlopen (its messages would be lost)."""
+    otherwise shadow in a process that loads darknet with dlopen (its messages would be lost).
+    The folder this darknumba was imported from goes first on the child's PYTHONPATH, so that
+    both sides of a comparison run the same darknumba (not another install the child would
+    find first)."""
     env = dict(os.environ)
     env["LD_PRELOAD"] = " ".join(filter(None, [str(tree.library), env.get("LD_PRELOAD")]))
+    ours = str(Path(__file__).resolve().parents[2])
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [ours, env.get("PYTHONPATH")]))
     return env
 
 
@@ -294,6 +300,14 @@ def _snapshot(lib, net, nlayers: int, fields, prefix: str, out: dict):
                 out[f"{prefix}L{i:03d}_{f}"] = a
 
 
+def _delta_front(lib, net, i: int):
+    """Layer i's delta as the layers after it see it: an antialiased AlexeyAB layer's delta
+    has its stride-1 size, of which the next layer's backward fills the start (the shim's
+    ``delta_front``; the pjreddie shim has no such field: its delta is the whole)."""
+    d = _read(lib, net, i, "delta_front")
+    return d if d is not None else _read(lib, net, i, "delta")
+
+
 def _backward_reading(lib, net, layers: list, out: dict):
     """backward_network, one layer at a time, keeping what the per-layer replay feeds our
     layers: each layer's delta as its backward starts (``L###_delta_in``), and the deltas of
@@ -302,7 +316,7 @@ def _backward_reading(lib, net, layers: list, out: dict):
     its own ``_delta_in``)."""
     dests = (ctypes.c_int * MAX_DESTS)()
     for i in range(len(layers) - 1, -1, -1):
-        d = _read(lib, net, i, "delta")
+        d = _delta_front(lib, net, i)
         if d is not None:
             out[f"L{i:03d}_delta_in"] = d
         if layers[i]["stopbackward"]:
@@ -310,12 +324,12 @@ def _backward_reading(lib, net, layers: list, out: dict):
         k = lib.dnc_backward_dests(net, i, dests, MAX_DESTS)
         layers[i]["bwd_dests"] = list(dests[:min(k, MAX_DESTS)])
         for j in layers[i]["bwd_dests"]:
-            before = _read(lib, net, j, "delta")
+            before = _delta_front(lib, net, j)
             if before is not None and before.any():
                 out[f"L{i:03d}_bwd_in_{j:03d}"] = before
         lib.dnc_backward_layer(net, i)
         for j in layers[i]["bwd_dests"]:
-            after = _read(lib, net, j, "delta")
+            after = _delta_front(lib, net, j)
             if j != i - 1 and after is not None:
                 out[f"L{i:03d}_bwd_out_{j:03d}"] = after
 

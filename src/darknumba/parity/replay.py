@@ -9,7 +9,9 @@ is not blamed on the layer that receives it.
   dialects normalise with the same formula in both modes), so the output is judged on the
   layer's convolution and normalisation, the statistics on their sums.
 - backward (``trainstep``): layer i gets C's forward state (``output``, ``x``, ``mean``,
-  ``variance``), C's delta as its own backward started, and C's deltas of the layers it adds
+  ``variance``, and what AlexeyAB's swish / mish / hard_mish kept, ``activation_input``: their
+  gradient at our own pre-activation would carry the rounding of the layer's long sums), C's
+  delta as its own backward started, and C's deltas of the layers it adds
   into as they were just before; its gradients start from zero (as C's did).
 - update: each layer's step from C's parameters and C's gradients, with C's learning rate.
 
@@ -20,10 +22,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..layers.antialias import Antialiased
 from ..layers.base import UpdateArgs
 from ..network import zero_delta
 
-STATE_FIELDS = ("output", "x", "mean", "variance")     # what a layer's backward reads
+# what a layer's backward reads (activation_input: what swish / mish / hard_mish kept)
+STATE_FIELDS = ("output", "x", "mean", "variance", "activation_input")
 GRADS = ("weight_updates", "bias_updates", "scale_updates")
 STEP = ("weights", "biases", "scales")
 # layers whose own computation cannot be replayed: random masks, or state kept inside
@@ -46,6 +50,13 @@ def _put(l, f: str, value) -> bool:
         return False
     a[...] = np.asarray(value, np.float32).reshape(a.shape)
     return True
+
+
+def final_delta(l) -> np.ndarray:
+    """The delta darknet's backward leaves in a layer: an antialiased layer's is its host's
+    (the stride-1 size, as AlexeyAB keeps it), which the convolution's backward rewrites in
+    place; the blurred-size delta the next layers add into is `l.delta`."""
+    return l.host.delta if isinstance(l, Antialiased) else l.delta
 
 
 def has_batch_stats(l) -> bool:
@@ -151,7 +162,7 @@ def _backward(net, ref, ref_layers, x, own):
         net.delta = None if i == 0 else net.layers[i - 1].delta
         l.backward(net)
         if l.cost is None or _key(i, "delta") not in own:   # a loss layer's delta is forward's
-            own[_key(i, "delta")] = l.delta.copy()
+            own[_key(i, "delta")] = final_delta(l).copy()
         for g in GRADS:
             a = _array(l, g)
             if a is not None:

@@ -29,12 +29,15 @@ import numpy as np
 
 from ..kernels.activations import ACTIVATIONS
 from ..kernels.fused import bn_divisors
+from ..layers.antialias import Antialiased
 
 EPS = 2.0 ** -23          # float32 machine epsilon: the spacing of floats at 1
 U = EPS / 2               # unit roundoff: the largest relative error of one rounding
 C_SUM = 8.0               # lambda = 4 for each side (see the module docstring)
 C_ELEM = 16.0             # element-wise work (activations, normalisation, axpy): a few ulps
 LINEAR_LAYERS = ("convolutional", "connected", "deconvolutional", "local")
+# the largest |act'| where it exceeds 1 (AlexeyAB's formulas): what a delta can grow by
+MAX_SLOPE = {"ramp": 1.1, "gelu": 1.13, "swish": 1.1, "mish": 1.1, "selu": 1.76}
 
 
 def sum_tol(K, T):
@@ -134,6 +137,11 @@ class LayerBounds:
     def __init__(self, i, layer, net, ref, mode):
         self.i, self.l, self.net, self.ref, self.mode = i, layer, net, ref, mode
         self._terms = None
+        self.blur = None
+        if isinstance(layer, Antialiased):
+            # judged as its host (the stride-1 layer whose delta and gradients C keeps); the
+            # output, the blurred one, through the blur (see output_through_blur)
+            self.l, self.blur = layer.host, layer.blur
 
     def r(self, f, prefix=""):
         return self.ref.get(f"{prefix}L{self.i:03d}_{f}")
@@ -162,6 +170,8 @@ class LayerBounds:
         linear = l.type in LINEAR_LAYERS and getattr(l, "weights", None) is not None
         if field == "cost":
             return self.cost()
+        if field == "output" and self.blur is not None:
+            return self.output_through_blur(ref)
         if linear and field in ("output", "mean", "variance", "weight_updates", "bias_updates",
                                 "scale_updates") or (linear and field == "delta"
                                                      and self.mode == "trainstep"):
@@ -192,6 +202,20 @@ class LayerBounds:
             gain = _bcast(np.abs(self.l.scales) / bn_divisor(self.l, v), self.l)
         return sum_tol(K, t_out * gain) + elem_tol(ref), K
 
+    def output_through_blur(self, ref):
+        """An antialiased layer's output: its host's tolerance carried through the blur (a
+        convolution with positive taps adding up to 1), plus the blur's own rounding on the
+        host's output (ours: C keeps only the blurred values in front of it)."""
+        host = self.lin_output(self.l.output) if self.l.type in LINEAR_LAYERS else \
+            (elem_tol(self.l.output), 1)
+        if host is None:
+            return None
+        tau = np.broadcast_to(np.asarray(host[0], np.float32), self.l.output.shape)
+        K = self.blur.size * self.blur.size
+        carried = abs_terms(self.blur, self.net, tau)[0]
+        own = sum_tol(K, abs_terms(self.blur, self.net, self.l.output)[0])
+        return carried + own + elem_tol(ref), max(host[1], K)
+
     def _y(self):
         """C's pre-normalisation values per channel (its l.x), or None."""
         x = self.r("x")
@@ -219,10 +243,15 @@ class LayerBounds:
                 + elem_tol(ref)), M
 
     def _delta_act(self):
-        """|C's delta as the layer's backward started| (act' <= 1 bounds it after act')."""
+        """|C's delta as the layer's backward started| times the largest |act'| (1 for most:
+        MAX_SLOPE), which bounds it after act'."""
         d = self.r("delta_in")
+        if d is not None and self.blur is not None and np.size(d) == self.blur.delta.size \
+                and self.l.quirks.antialias_no_blur_backward:
+            # AlexeyAB's CPU backward reads the blurred-size delta as the start of the host's
+            d = np.concatenate([np.asarray(d), np.zeros(self.l.delta.size - np.size(d))])
         return None if d is None or np.size(d) != self.l.delta.size else np.abs(
-            np.asarray(d, np.float64))
+            np.asarray(d, np.float64)) * MAX_SLOPE.get(getattr(self.l, "activation", ""), 1.0)
 
     def lin_delta(self, ref):
         """The layer's own delta after its backward: act' (element-wise) and, with batch

@@ -203,3 +203,18 @@ def iteration_line(i, loss, avg_loss, rate, seconds, images, hours_left) -> str:
     """The line AlexeyAB prints after each iteration."""
     return (f"{i}: {loss:f}, {avg_loss:f} avg loss, {rate:f} rate, {seconds:f} seconds, "
             f"{images} images, {hours_left:f} hours left")
+
+
+def refuse_dynamic_minibatch(net, cfgfile):
+    """AlexeyAB's `[net] dynamic_minibatch=1` gives every random resize a new batch,
+    batch x (largest size / this size)^2 (x 0.8 when that stays above the cfg's), and resets
+    seen for it. darknumba keeps the cfg's batch through resizes, so it refuses to train such
+    a cfg rather than train with other batches than asked. Without random resizing (the last
+    [yolo] random=0) AlexeyAB never changes the batch either, and training goes on."""
+    last = [l for l in net.layers if l.type in ("yolo", "region")][-1]
+    if getattr(net, "dynamic_minibatch", 0) and getattr(last, "random", 0):
+        raise DarknumbaError(
+            f"{cfgfile}: [net] dynamic_minibatch=1 (AlexeyAB: a larger batch at each smaller "
+            f"random size) is not supported: darknumba trains with the cfg's batch at every "
+            f"size. Set dynamic_minibatch=0 to train with batch={net.batch * net.subdivisions} "
+            f"throughout, or random=0 in the last [{last.type}] to train at one size")

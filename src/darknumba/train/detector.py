@@ -26,7 +26,7 @@ from ..vision.augment import AugmentConfig
 from ..vision.augment_ab import AbAugmentConfig
 from ..weights import load_weights, peek_version, plan_weights, save_weights
 from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
-                       iteration_line)
+                       iteration_line, refuse_dynamic_minibatch)
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .history import Progress, TrainingHistory
 
@@ -241,6 +241,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         # YOLOv1's [detection] wants Darknet's per-cell truth grid (load_data_region): not yet
         raise DarknumbaError(f"{cfgfile}: the last layer is [{last.type}]; detector training "
                              f"needs a [yolo] (YOLOv3) or [region] (YOLOv2) head")
+    refuse_dynamic_minibatch(net, cfgfile)
     imgs = net.batch * net.subdivisions
     start = net.current_batch()
     if start >= net.max_batches:
