@@ -1,0 +1,80 @@
+"""The thread policy holds whatever the user imported before darknumba (thread_policy.py).
+
+Each case runs a fresh interpreter without the variables this test process already has (importing
+darknumba here set them) and checks the effect on the loaded libraries, not a timing."""
+import ctypes.util
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from darknumba import thread_policy
+
+SRC = os.path.dirname(os.path.dirname(thread_policy.__file__))
+POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "NUMBA_THREADING_LAYER")
+
+
+def run(code, **env_extra):
+    env = {k: v for k, v in os.environ.items() if k not in POLICY_VARS}
+    env["PYTHONPATH"] = SRC + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+NUMPY_FIRST = """
+import json, os
+import numpy as np
+np.ones((256, 256), np.float32) @ np.ones((256, 256), np.float32)   # OpenBLAS's workers run
+before = set(os.listdir("/proc/self/task"))
+import darknumba
+from darknumba.thread_policy import openblas_thread_timeouts
+after = set(os.listdir("/proc/self/task"))
+print(json.dumps({"timeouts": openblas_thread_timeouts(), "gone": sorted(before - after),
+                  "numpy_blas": np.__config__.CONFIG["Build Dependencies"]["blas"]["name"]}))
+"""
+
+
+def test_numpy_first_openblas_takes_the_timeout():
+    r = run(NUMPY_FIRST)
+    if "openblas" not in r["numpy_blas"]:
+        pytest.skip(f"numpy uses {r['numpy_blas']}, not OpenBLAS")
+    numpy_libs = [p for p in r["timeouts"] if "numpy" in p]
+    assert numpy_libs, f"numpy's OpenBLAS not found among {list(r['timeouts'])}"
+    for path in numpy_libs:
+        assert r["timeouts"][path] == int(thread_policy.ENV_DEFAULTS["OPENBLAS_THREAD_TIMEOUT"]), path
+    if os.cpu_count() > 1:          # the workers started with the old timeout were replaced
+        assert r["gone"], "OpenBLAS's worker threads were not restarted"
+
+
+def test_users_own_timeout_wins():
+    r = run(NUMPY_FIRST, OPENBLAS_THREAD_TIMEOUT="9")
+    if "openblas" not in r["numpy_blas"]:
+        pytest.skip(f"numpy uses {r['numpy_blas']}, not OpenBLAS")
+    assert all(v == 9 for v in r["timeouts"].values()), r["timeouts"]
+
+
+GOMP_FIRST = """
+import ctypes, json, os
+ctypes.CDLL({lib!r}, mode=ctypes.RTLD_GLOBAL)   # as torch does
+import darknumba, numba
+print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ["OMP_WAIT_POLICY"]}}))
+"""
+
+
+@pytest.mark.parametrize("user_env,layer", [({}, "workqueue"), ({"OMP_WAIT_POLICY": "PASSIVE"}, "default")])
+def test_early_libgomp_moves_numba_off_openmp(user_env, layer):
+    lib = ctypes.util.find_library("gomp")
+    if lib is None:
+        pytest.skip("no libgomp on this system")
+    r = run(GOMP_FIRST.format(lib=lib), **user_env)
+    assert r == {"layer": layer, "wait": "PASSIVE"}
+
+
+def test_darknumba_first_keeps_openmp():
+    r = run("import json, darknumba, numba; print(json.dumps(numba.config.THREADING_LAYER))")
+    assert r == "default"
