@@ -195,7 +195,8 @@ def sort_by_class(order, prob, c, total, keys):
     stable_argsort(keys, total, perm, sorted_order)
     for i in range(total):
         sorted_order[i] = order[perm[i]]
-    order[:total] = sorted_order
+    for i in range(total):      # (a slice assignment compiles numba's string formatting
+        order[i] = sorted_order[i]  # for its shape error: seconds)
     return True
 
 
