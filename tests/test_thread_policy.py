@@ -62,7 +62,8 @@ GOMP_FIRST = """
 import ctypes, json, os
 ctypes.CDLL({lib!r}, mode=ctypes.RTLD_GLOBAL)   # as torch does
 import darknumba, numba
-print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ["OMP_WAIT_POLICY"]}}))
+print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ["OMP_WAIT_POLICY"],
+                  "env": os.environ.get("NUMBA_THREADING_LAYER")}}))
 """
 
 
@@ -72,7 +73,7 @@ def test_early_libgomp_moves_numba_off_openmp(user_env, layer):
     if lib is None:
         pytest.skip("no libgomp on this system")
     r = run(GOMP_FIRST.format(lib=lib), **user_env)
-    assert r == {"layer": layer, "wait": "PASSIVE"}
+    assert r == {"layer": layer, "wait": "PASSIVE", "env": None}   # child processes unaffected
 
 
 def test_darknumba_first_keeps_openmp():
