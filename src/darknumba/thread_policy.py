@@ -6,16 +6,16 @@ machine the spinners of one pool take the cores the other pool needs (measured o
 + kernel pair 8x slower, yolov3-tiny inference 30 -> 37-50 ms). Two settings stop it:
 
 - ``OMP_WAIT_POLICY=PASSIVE``: numba's OpenMP workers sleep at once. libgomp reads it when numba
-  starts its threading layer (at the first parallel kernel), so setting it at import suffices;
+  starts its threading layer (at the first parallel kernel), so setting it at import suffices.
   But when a libgomp was loaded before darknumba (torch loads its own into the global symbol
   scope), numba's OpenMP layer runs on that one, which read the environment without the
-  setting: then `apply` has numba use its ``workqueue`` threading layer instead (its workers
-  sleep when idle; measured ~20% slower than passive OpenMP on yolov3-tiny inference, far
-  better than OpenMP spinning against OpenBLAS).
+  setting: then `apply` has numba use its ``workqueue`` threading layer instead, whose workers
+  sleep when idle (measured at a quiet moment: yolov3-tiny inference 34 ms with passive OpenMP,
+  41 ms with workqueue; OpenMP spinning against OpenBLAS used twice the CPU time).
 - ``OPENBLAS_THREAD_TIMEOUT=4``: OpenBLAS's workers spin 2^4 instead of 2^28 cycles before they
   sleep (measured here: yolov3-tiny inference 55 -> 44 ms/image, a batch-8 training step
-  1.49 -> 1.14 s). OpenBLAS reads it when the library loads, i.e. when numpy is imported. When numpy came
-  first (``import numpy`` before ``import darknumba``, or PIL/cv2/torch importing it),
+  1.49 -> 1.14 s). OpenBLAS reads it when the library loads, i.e. when numpy is imported. When
+  numpy came first (``import numpy`` before ``import darknumba``, or cv2/torch importing it),
   `apply_openblas_timeout` has every loaded OpenBLAS re-read its environment and restart its
   workers, as it does itself after a fork; they then sleep after the short timeout too.
 
