@@ -84,3 +84,10 @@ def test_cold_cache_notice_warmup_and_predicted_in(tmp_path):
     after = _cli(["detect", str(CFG), str(weights), str(image), "--thresh", "2"],
                  tmp_path / "cache2", tmp_path)
     assert NOTICE not in after.stderr and "Predicted in" in after.stdout
+
+
+def test_compile_ahead_runs_every_layer_backwards(tmp_path):
+    """The helper's work on its own: the decoding, NMS and every layer, last to first, on the
+    buffers as they are (what a cold run's second process does)."""
+    from darknumba.vision.compile_ahead import compile_backwards
+    compile_backwards(str(CFG), 2, 64, 64, "pjreddie", 0.5, 0.5, 0.45)

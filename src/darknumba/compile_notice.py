@@ -16,23 +16,26 @@ NOTICE = ("darknumba: compiling the network's kernels for this CPU (first run on
 
 
 class _FirstCompile(event.Listener):
-    def __init__(self, log: Callable[[str], None], message: str):
-        self.log, self.message, self.compiled = log, message, False
+    def __init__(self, log: Callable[[str], None], message: str, on_compile):
+        self.log, self.message, self.on_compile, self.compiled = log, message, on_compile, False
 
     def on_start(self, ev):
         if not self.compiled:
             self.compiled = True
             self.log(self.message)
+            if self.on_compile is not None:
+                self.on_compile()
 
     def on_end(self, ev):
         pass
 
 
 @contextmanager
-def compile_notice(log: Callable[[str], None], message: str = NOTICE):
+def compile_notice(log: Callable[[str], None], message: str = NOTICE, on_compile=None):
     """Within the block, `log(message)` once when numba starts compiling a kernel (nothing when
-    every kernel comes from the cache). Yields an object whose `compiled` says whether it did."""
-    listener = _FirstCompile(log, message)
+    every kernel comes from the cache), then `on_compile()` if given. Yields an object whose
+    `compiled` says whether it did."""
+    listener = _FirstCompile(log, message, on_compile)
     event.register("numba:compile", listener)
     try:
         yield listener

@@ -306,9 +306,16 @@ class Detector:
         has to compile. run() does it first."""
         if self.warm:
             return
+        from . import compile_ahead
         blank = np.full((self.net.c, self.net.h, self.net.w), 0.5, np.float32)
-        with compile_notice(self.log):
-            detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox)
+        helper = []             # on a cold cache, a second process compiles from the end
+        try:
+            with compile_notice(self.log, on_compile=lambda: helper.append(compile_ahead.start(
+                    self.net, self.thresh, self.hier, self.nms))):
+                detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox)
+        finally:
+            for h in helper:
+                compile_ahead.stop(h)
         self.warm = True
 
     def run(self, images: Iterable) -> Iterator[Prediction]:
