@@ -60,7 +60,7 @@ def test_users_own_timeout_wins():
 
 GOMP_FIRST = """
 import ctypes, json, os
-ctypes.CDLL({lib!r}, mode=ctypes.RTLD_GLOBAL)   # as torch does
+ctypes.CDLL({lib!r}, mode=ctypes.RTLD_GLOBAL)   # numba's own libgomp, loaded by someone else
 import darknumba, numba
 print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ["OMP_WAIT_POLICY"],
                   "env": os.environ.get("NUMBA_THREADING_LAYER")}}))
@@ -68,12 +68,47 @@ print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ["OM
 
 
 @pytest.mark.parametrize("user_env,layer", [({}, "workqueue"), ({"OMP_WAIT_POLICY": "PASSIVE"}, "default")])
-def test_early_libgomp_moves_numba_off_openmp(user_env, layer):
+def test_early_system_libgomp_moves_numba_off_openmp(user_env, layer):
+    """The libgomp numba links was loaded (and read its environment) before darknumba: numba's
+    OpenMP would spin, so darknumba picks numba's workqueue layer, unless the user had set the
+    wait policy themselves."""
     lib = ctypes.util.find_library("gomp")
     if lib is None:
         pytest.skip("no libgomp on this system")
     r = run(GOMP_FIRST.format(lib=lib), **user_env)
     assert r == {"layer": layer, "wait": "PASSIVE", "env": None}   # child processes unaffected
+
+
+TORCH_FIRST = """
+import ctypes, json
+import torch
+import darknumba, numba, numpy as np
+from numba import njit, prange
+
+gomps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l})
+torch_in_parallel = ctypes.CDLL([p for p in gomps if "torch" in p][0]).omp_in_parallel
+torch_in_parallel.restype = ctypes.c_int
+torch_in_parallel.argtypes = []
+
+@njit(parallel=True)
+def probe(out):
+    for i in prange(out.size):
+        out[i] = torch_in_parallel()     # 1 when torch's libgomp runs this parallel region
+
+out = np.zeros(64, np.int64)
+probe(out)
+print(json.dumps({"layer": numba.threading_layer(), "torch_gomp_ran_it": int(out.max())}))
+"""
+
+
+def test_torch_first_numba_openmp_runs_on_its_own_libgomp():
+    """torch's libgomp is in the global scope first (it read the environment before darknumba
+    set OMP_WAIT_POLICY): numba's parallel regions still run on numba's own libgomp."""
+    import importlib.util
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("torch is not installed")
+    r = run(TORCH_FIRST)
+    assert r == {"layer": "omp", "torch_gomp_ran_it": 0}
 
 
 def test_darknumba_first_keeps_openmp():

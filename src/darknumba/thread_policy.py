@@ -8,10 +8,11 @@ machine the spinners of one pool take the cores the other pool needs (measured o
 - ``OMP_WAIT_POLICY=PASSIVE``: numba's OpenMP workers sleep at once. libgomp reads it when numba
   starts its threading layer (at the first parallel kernel), so setting it at import suffices.
   But when a libgomp was loaded before darknumba (torch loads its own into the global symbol
-  scope), numba's OpenMP layer runs on that one, which read the environment without the
-  setting: then `apply` has numba use its ``workqueue`` threading layer instead, whose workers
-  sleep when idle (measured at a quiet moment: yolov3-tiny inference 34 ms with passive OpenMP,
-  41 ms with workqueue; OpenMP spinning against OpenBLAS used twice the CPU time).
+  scope), numba's OpenMP layer would run on that one, which read the environment without the
+  setting (measured at a quiet moment, torch imported first: yolov3-tiny 49 ms against 35 ms,
+  with 1.5x the CPU time). `apply` then loads numba's OpenMP layer bound to its own libgomp
+  (RTLD_DEEPBIND), which reads the setting (35 ms); when that libgomp is the very one already
+  loaded, numba uses its ``workqueue`` layer instead, whose workers sleep when idle (36-44 ms).
 - ``OPENBLAS_THREAD_TIMEOUT=4``: OpenBLAS's workers spin 2^4 instead of 2^28 cycles before they
   sleep (measured here: yolov3-tiny inference 55 -> 44 ms/image, a batch-8 training step
   1.49 -> 1.14 s). OpenBLAS reads it when the library loads, i.e. when numpy is imported. When
@@ -44,13 +45,31 @@ def apply():
     omp_wait_set = any(name in os.environ for name in _OMP_WAIT_VARS)
     for name, value in ENV_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    if (not omp_wait_set and "NUMBA_THREADING_LAYER" not in os.environ
-            and loaded_libraries("libgomp") and not _numba_threads_started()):
+    early = set(loaded_libraries("libgomp"))
+    if (early and not omp_wait_set and "NUMBA_THREADING_LAYER" not in os.environ
+            and not _numba_threads_started() and not _omppool_on_own_libgomp(early)):
         # this process only (an environment variable would reach child processes, which
         # start without that libgomp)
         from numba.core import config
         config.THREADING_LAYER = "workqueue"
     apply_openblas_timeout()
+
+
+def _omppool_on_own_libgomp(early: set) -> bool:
+    """Load numba's OpenMP layer bound to the libgomp it was linked with (RTLD_DEEPBIND: its
+    own dependencies before the global scope), a fresh copy that reads OMP_WAIT_POLICY now;
+    False when that copy is the one already loaded (nothing gained) or it cannot be done."""
+    if "numba.np.ufunc.omppool" in sys.modules or not hasattr(os, "RTLD_DEEPBIND"):
+        return False
+    flags = sys.getdlopenflags()
+    sys.setdlopenflags(flags | os.RTLD_DEEPBIND)
+    try:
+        import numba.np.ufunc.omppool  # noqa: F401
+    except ImportError:
+        return False
+    finally:
+        sys.setdlopenflags(flags)
+    return bool(set(loaded_libraries("libgomp")) - early)
 
 
 def _numba_threads_started() -> bool:
