@@ -39,7 +39,7 @@ def warm_network(cfg: Path, log=None) -> bool:
 
 
 def warmup(cfgs: Annotated[Optional[list[Path]], typer.Argument(
-        exists=True, dir_okay=False,
+        exists=True, dir_okay=False, metavar="CFG",
         help="Darknet .cfg files (default: every cfg shipped with darknumba)",
         show_default=False)] = None):
     """Compile (or check in numba's cache) the kernels these networks need for detection, so
