@@ -2,7 +2,9 @@
 GFLOPS, per-layer profile, and the start-up of a second process with a warm numba cache.
 
     python bench/forward.py [--cfg cfg/yolov3-tiny.cfg] [--weights weights/yolov3-tiny.weights]
-                            [--batch 1] [--reps 20] [--profile] [--exact]
+                            [--batch 1] [--reps 20] [--profile] [--exact] [--import-numpy-first]
+
+--import-numpy-first imports numpy (and so its OpenBLAS) before darknumba, as most scripts do.
 """
 import argparse
 import os
@@ -42,11 +44,15 @@ def main():
     ap.add_argument("--profile", action="store_true", help="print a per-layer time table")
     ap.add_argument("--exact", action="store_true",
                     help="im2col + GEMM for every convolution (no Winograd)")
+    ap.add_argument("--import-numpy-first", action="store_true",
+                    help="import numpy before darknumba (darknumba must not depend on the order)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
 
     t0 = time.perf_counter()
-    import darknumba as dn  # isort: skip  (first: it sets the thread policies numpy's BLAS reads)
+    if args.import_numpy_first:
+        import numpy  # noqa: F401
+    import darknumba as dn
     import numpy as np
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None
@@ -83,7 +89,8 @@ def main():
         print(profile_forward(net, x, reps=max(3, args.reps // 4)))
     t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", "--cfg", args.cfg, "--weights",
-                          args.weights, "--batch", str(args.batch)] + ["--exact"] * args.exact,
+                          args.weights, "--batch", str(args.batch)] + ["--exact"] * args.exact
+                         + ["--import-numpy-first"] * args.import_numpy_first,
                          capture_output=True, text=True,
                          check=True)
     wall = time.perf_counter() - t

@@ -10,7 +10,7 @@ import pytest
 from conftest import ROOT, golden_dir
 
 from darknumba.errors import CfgError
-from darknumba.kernels.box import box_iou
+from darknumba.kernels.box import box_iou, stable_argsort
 from darknumba.vision.box import (Detections, box_corners, detection_layers, detection_results,
                                   do_nms_sort, format_lines, get_network_boxes, get_yolo_detections)
 
@@ -192,6 +192,17 @@ def test_nms_matches_naive(seed):
     got = do_nms_sort(Detections(bbox.copy(), obj.copy(), prob.copy()), .3)
     np.testing.assert_array_equal(got.bbox, bbox[order])
     np.testing.assert_array_equal(got.prob, want[order])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 7, 8, 9, 64, 333])
+def test_stable_argsort_is_numpys(n):
+    rng = np.random.default_rng(n)
+    keys = rng.integers(-3, 3, n).astype(f32)           # many ties
+    keys[::5] = np.nan
+    perm = np.full(n + 2, -1, np.int64)                 # only the first n entries are written
+    stable_argsort(keys, n, perm, np.empty(n, np.int64))
+    np.testing.assert_array_equal(perm[:n], np.argsort(keys, kind="stable"))
+    assert (perm[n:] == -1).all()
 
 
 def test_batch_decodes_each_image_on_its_own():

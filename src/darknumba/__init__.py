@@ -1,15 +1,9 @@
 """darknumba: Darknet's layers, loss and training loop, compiled with Numba for the CPU."""
-import os
+from . import thread_policy
 
-# numba's OpenMP workers and OpenBLAS's threads both spin after a parallel region; on a
-# small machine each side's spinners steal the cores the other needs (8x slower GEMM +
-# kernel pairs, see bench/). Passive waiting must be set before numba starts OpenMP.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-# OpenBLAS's own worker threads spin for 2^28 cycles after each GEMM; between GEMMs they then
-# take the cores from the numba kernels (im2col, batch norm, pooling). 2^4 cycles: measured
-# here, yolov3-tiny inference 55 -> 44 ms/image, a batch-8 training step 1.49 -> 1.14 s.
-# OpenBLAS reads this when numpy loads: import darknumba before numpy for it to apply.
-os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+# numba's OpenMP workers and OpenBLAS's workers spin after their work and take each other's cores:
+# set their wait policies before numba starts, also when numpy or torch came first (thread_policy.py).
+thread_policy.apply()
 # Under mpirun, several ranks share this machine's cores: size the thread pools before they start.
 from .launcher import limit_threads_per_rank  # noqa: E402
 

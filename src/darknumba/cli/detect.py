@@ -98,6 +98,7 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
     done = 0
     bar = tqdm(total=len(paths), unit="img", disable=single, file=sys.stderr, dynamic_ncols=True)
     echo = typer.echo if single else bar.write
+    detector.warm_up()                  # any compile before the clock starts
     start = time.perf_counter()
     try:
         for p in detector.run(paths):

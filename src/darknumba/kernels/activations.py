@@ -224,8 +224,16 @@ def activate_row(row, a):
         for k in range(n):
             row[k] = np.float32(1.0 / (1.0 + math.exp(-np.float64(row[k]))))
     else:
-        for k in range(n):
-            row[k] = activate(row[k], a)
+        activate_row_generic(row, a)
+
+
+@njit(cache=True)
+def activate_row_generic(row, a):
+    """row[:] = act(row[:]) through the scalar dispatch: every activation but the common four,
+    compiled once and called, not inlined into each kernel (which would multiply its compile
+    time)."""
+    for k in range(row.size):
+        row[k] = activate(row[k], a)
 
 
 @njit(cache=True, inline="always")
@@ -245,8 +253,15 @@ def gradient_row(y, delta, a):
             yk = np.float64(y[k])
             delta[k] *= np.float32((1.0 - yk) * yk)
     else:
-        for k in range(n):
-            delta[k] *= gradient(y[k], a)
+        gradient_row_generic(y, delta, a)
+
+
+@njit(cache=True)
+def gradient_row_generic(y, delta, a):
+    """delta[:] *= act'(y[:]) through the scalar dispatch (called, not inlined: see
+    activate_row_generic)."""
+    for k in range(y.size):
+        delta[k] *= gradient(y[k], a)
 
 
 CHUNK = 16384

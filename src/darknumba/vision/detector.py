@@ -39,6 +39,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..compile_notice import compile_notice
 from ..detections import Detections
 from ..errors import DataError
 from ..network import Network
@@ -305,12 +306,33 @@ class Detector:
             letterbox = bool(getattr(self.net, "letter_box", 0)) if self.alexeyab else True
         self.thresh, self.nms, self.hier, self.letterbox = thresh, nms, hier, letterbox
         self.ext_output = ext_output
+        self.log = log or _stderr
+        self.warm = False
+
+    def warm_up(self):
+        """Run the pipeline once on a blank image, so that every kernel it calls is compiled
+        (or loaded from numba's cache) before an image is timed; `log` gets one line when numba
+        has to compile. run() does it first."""
+        if self.warm:
+            return
+        from . import compile_ahead
+        blank = np.full((self.net.c, self.net.h, self.net.w), 0.5, np.float32)
+        helper = []             # on a cold cache, a second process compiles from the end
+        try:
+            with compile_notice(self.log, on_compile=lambda: helper.append(compile_ahead.start(
+                    self.net, self.thresh, self.hier, self.nms))):
+                detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox)
+        finally:
+            for h in helper:
+                compile_ahead.stop(h)
+        self.warm = True
 
     def run(self, images: Iterable) -> Iterator[Prediction]:
         """A Prediction per item of `images` (paths, arrays or Pillow images, taken as they
         are: no folder, glob or list expansion), in order. Files are decoded up to two batches
         ahead; an unreadable one gives a Prediction with `error`, and its batch slot goes to
         the next image."""
+        self.warm_up()
         batch = self.net.batch
         chunk, ready = [], 0
         for item, im, err in prefetched(images, 2 * batch, self.net.c):

@@ -1,0 +1,93 @@
+"""First run on a machine: the compile notice, compile kept out of "Predicted in", `darknumba
+warmup`. The end-to-end case compiles every kernel a small detector needs in a fresh numba cache
+(a subprocess, so this process's compiled kernels do not count)."""
+import os
+import re
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import DATA, ROOT
+from numba import njit
+
+import darknumba as dn
+from darknumba.compile_notice import NOTICE, compile_notice
+from darknumba.train.timing import unit_rolling_variance
+
+CFG = ROOT / "cfg" / "shapes-tiny.cfg"
+
+
+def random_net():
+    net = dn.load_network(CFG, None, batch=1)
+    unit_rolling_variance(net)              # finite outputs from random weights
+    return net
+
+
+def test_notice_once_on_compile_and_never_on_a_loaded_kernel():
+    @njit(cache=False)
+    def twice(x):
+        return 2 * x
+
+    said = []
+    with compile_notice(said.append, "compiling") as notice:
+        twice(1)
+        twice(1.5)                          # a second compile: still one notice
+    assert said == ["compiling"] and notice.compiled
+    with compile_notice(said.append) as notice:
+        twice(2)                            # compiled already: nothing to say
+    assert said == ["compiling"] and not notice.compiled
+
+
+def test_detector_warms_up_before_the_first_image(monkeypatch):
+    """run() compiles on a blank image of the network's size before timing the first image."""
+    from darknumba.vision import detector as det_mod
+    net = random_net()
+    calls = []
+    real = det_mod.detect
+    monkeypatch.setattr(det_mod, "detect", lambda net, ims, *a: calls.append(ims[0].shape) or real(net, ims, *a))
+    d = det_mod.Detector(net, names=["a", "b", "c"], log=lambda m: None)
+    image = np.full((3, 40, 60), 0.3, np.float32)
+    [p] = list(d.run([image]))
+    assert calls == [(3, net.h, net.w), image.shape] and p.error is None
+    list(d.run([image]))
+    assert len(calls) == 3                  # warmed once
+
+
+def _cli(args, cache, cwd):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache),
+               PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+    out = subprocess.run([sys.executable, "-c", "from darknumba.cli import main; main()", *args],
+                         env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    return out
+
+
+@pytest.mark.slow
+def test_cold_cache_notice_warmup_and_predicted_in(tmp_path):
+    """A fresh cache: `detect` says it compiles and its "Predicted in" for the first image is of
+    the order of the second's (the compile took seconds); `warmup` fills a second fresh cache,
+    after which `detect` compiles nothing and says nothing."""
+    weights = tmp_path / "w.weights"
+    dn.save_weights(random_net(), weights)
+    image = DATA / "dog.jpg"
+    cold = _cli(["detect", str(CFG), str(weights), str(image), str(image), "--thresh", "2"],
+                tmp_path / "cache1", tmp_path)
+    assert NOTICE in cold.stderr
+    first, second = map(float, re.findall(r"Predicted in ([0-9.]+) seconds", cold.stdout))
+    assert first < 10 * second + 1.0, (first, second)
+
+    warm = _cli(["warmup", str(CFG)], tmp_path / "cache2", tmp_path)
+    assert NOTICE in warm.stderr and "compiled" in warm.stdout
+    again = _cli(["warmup", str(CFG)], tmp_path / "cache2", tmp_path)
+    assert "already cached" in again.stdout and NOTICE not in again.stderr
+    after = _cli(["detect", str(CFG), str(weights), str(image), "--thresh", "2"],
+                 tmp_path / "cache2", tmp_path)
+    assert NOTICE not in after.stderr and "Predicted in" in after.stdout
+
+
+def test_compile_ahead_runs_every_layer_backwards(tmp_path):
+    """The helper's work on its own: the decoding, NMS and every layer, last to first, on the
+    buffers as they are (what a cold run's second process does)."""
+    from darknumba.vision.compile_ahead import compile_backwards
+    compile_backwards(str(CFG), 2, 64, 64, "pjreddie", 0.5, 0.5, 0.45)
