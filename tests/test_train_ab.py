@@ -1,11 +1,14 @@
 """AlexeyAB's training rules (train/alexeyab.py): checkpoint and -map schedules by hand, the
 weights' moving average against a numpy recurrence, and a short end-to-end run of a small
-AlexeyAB-style network with mosaic and -map (files, lines, finite loss, resume)."""
+AlexeyAB-style network with mosaic and -map (files, lines, finite loss, resume), and ten
+iterations of yolov7-tiny-custom at 160x160 on the shapes data."""
 import os
+import re
 
 import numpy as np
 import pytest
 from ab_tiny import ab_tiny_cfg
+from conftest import ROOT
 
 import darknumba as dn
 from darknumba.data.datasets import DataConfig
@@ -164,7 +167,6 @@ def test_cli_grammar_as_alexeyab(shapes, tmp_path):
 
 
 def _needs_route_groups():
-    from conftest import ROOT
     net = parse_network_cfg(ROOT / "cfg" / "yolov4-tiny.cfg", allocate=False)
     if net.layers[3].out_c != 32:
         pytest.skip("yolov4-tiny needs [route] groups (AlexeyAB's layers)")
@@ -244,12 +246,9 @@ def test_yolov7_tiny_custom_trains_on_shapes_and_the_loss_falls(shapes, tmp_path
     160x160, batch 4, no burn-in: ten iterations on the shapes data run, every loss is finite,
     and the loss falls (the first step's objectness loss over every prediction is learnt away
     at once, then it keeps below a tenth of it); the final weights reload."""
-    import re
-
     from darknumba.train.detector import TrainOptions, train_detector
     from darknumba.weights import load_weights
     data, _ = shapes
-    from conftest import ROOT
     text = (ROOT / "cfg" / "yolov7-tiny-custom.cfg").read_text()
     for a, b in (("classes=1", "classes=3"), ("filters=18", "filters=24"), ("batch=64", "batch=4"),
                  ("subdivisions=16", "subdivisions=1"), ("width=416", "width=160"),
