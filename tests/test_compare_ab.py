@@ -1,7 +1,8 @@
 """`darknumba compare --train` live against an AlexeyAB build (DARKNET_AB_DIR: an AlexeyAB
 darknet tree built with `make LIBSO=1`; skipped without one): the small AlexeyAB-style networks
 of tests/fixtures/ab (every key), a network with AlexeyAB's own activations in [activation]
-layers, and one yolov4-tiny step with the official weights on dog.jpg with hand-made labels.
+layers, one yolov4-tiny step with the official weights on dog.jpg with hand-made labels, and
+steps of yolov7-tiny and yolov4-csp at 128x128 with seeded weights and hand-made truths.
 The same runs recorded without C: test_ab_golden.py, test_ab_train_golden.py."""
 import json
 import os
@@ -191,3 +192,53 @@ def test_yolov4_tiny_train_step_on_dog(tmp_path):
     assert judged_layers(report) == set(range(38))
     assert report["scalars"]["cost"]["darknumba"] == pytest.approx(
         report["scalars"]["cost"]["darknet"], rel=1e-4)
+
+
+def seeded_128(tmp_path, name: str, size: int, seed: int, extra=()) -> tuple[Path, Path]:
+    """cfg/<name>.cfg at 128x128, batch 2, subdivisions 1 (plus `extra` line edits), and
+    darknumba's seeded Darknet initialisation written as .weights for both sides to load."""
+    text = (ROOT / "cfg" / f"{name}.cfg").read_text()
+    for a, b in (("batch=64", "batch=2"), (f"width={size}", "width=128"),
+                 (f"height={size}", "height=128"), ("subdivisions=8", "subdivisions=1"),
+                 *extra):
+        text = text.replace(f"\n{a}\n", f"\n{b}\n")
+    cfg = tmp_path / f"{name}-128.cfg"
+    cfg.write_text(text)
+    net = dn.parse_network_cfg(cfg, dialect="alexeyab", seed=seed)
+    assert (net.w, net.h, net.batch) == (128, 128, 2)
+    save_weights(net, tmp_path / f"{name}-128.weights")
+    return cfg, tmp_path / f"{name}-128.weights"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("max_delta", ["2", "0.05"])
+def test_yolov7_tiny_128_train_step(tmp_path, max_delta):
+    """yolov7-tiny (logistic heads, [yolo] new_coords=1 scale_x_y=2 ciou iou_thresh=0.2
+    objectness_smooth=1) at 128x128 with the recorded fixture's seeded weights, input and
+    truths; max_delta=0.05 clips most box deltas (2, the cfg's, clips none here)."""
+    fix = FIX / "yolov7-tiny-128-train"
+    m = json.loads((fix / "manifest.json").read_text())
+    cfg, weights = seeded_128(tmp_path, "yolov7-tiny", 416, m["weights_seed"],
+                              [("max_delta=2", f"max_delta={max_delta}")])
+    assert cfg.read_text().count(f"\nmax_delta={max_delta}\n") == 3
+    code, report = compare(cfg, weights, "--random-input", "--seed", m["input_seed"], "--train",
+                           "--truth", fix / "truth.npy")
+    assert code == 0 and report["passed"], report["verdict"]
+    assert judged_layers(report) == set(range(99))
+    cost = report["scalars"]["cost"]
+    assert cost["darknumba"] == pytest.approx(cost["darknet"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_yolov4_csp_128_train_step(tmp_path):
+    """yolov4-csp (mish, logistic heads, new_coords, obj_normalizer 4) at 128x128 with the
+    recorded fixture's seeded weights, input and truths."""
+    fix = FIX / "yolov4-csp-128-train"
+    m = json.loads((fix / "manifest.json").read_text())
+    cfg, weights = seeded_128(tmp_path, "yolov4-csp", 512, m["weights_seed"])
+    code, report = compare(cfg, weights, "--random-input", "--seed", m["input_seed"], "--train",
+                           "--truth", fix / "truth.npy")
+    assert code == 0 and report["passed"], report["verdict"]
+    assert judged_layers(report) == set(range(175))
+    cost = report["scalars"]["cost"]
+    assert cost["darknumba"] == pytest.approx(cost["darknet"], rel=1e-5)

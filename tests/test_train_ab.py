@@ -1,11 +1,14 @@
 """AlexeyAB's training rules (train/alexeyab.py): checkpoint and -map schedules by hand, the
 weights' moving average against a numpy recurrence, and a short end-to-end run of a small
-AlexeyAB-style network with mosaic and -map (files, lines, finite loss, resume)."""
+AlexeyAB-style network with mosaic and -map (files, lines, finite loss, resume), and ten
+iterations of yolov7-tiny-custom at 160x160 on the shapes data."""
 import os
+import re
 
 import numpy as np
 import pytest
 from ab_tiny import ab_tiny_cfg
+from conftest import ROOT
 
 import darknumba as dn
 from darknumba.data.datasets import DataConfig
@@ -164,7 +167,6 @@ def test_cli_grammar_as_alexeyab(shapes, tmp_path):
 
 
 def _needs_route_groups():
-    from conftest import ROOT
     net = parse_network_cfg(ROOT / "cfg" / "yolov4-tiny.cfg", allocate=False)
     if net.layers[3].out_c != 32:
         pytest.skip("yolov4-tiny needs [route] groups (AlexeyAB's layers)")
@@ -237,3 +239,34 @@ def test_dynamic_minibatch_without_random_resize_trains_as_alexeyab(shapes, tmp_
                                                chart=False, map_every=-1),
                        log=lambda m, file=None: None)
     assert r["final_iteration"] == 1 and np.isfinite(r["loss"])
+
+
+def test_yolov7_tiny_custom_trains_on_shapes_and_the_loss_falls(shapes, tmp_path):
+    """cfg/yolov7-tiny-custom.cfg (logistic heads, new_coords [yolo] layers) made 3-class at
+    160x160, batch 4, no burn-in: ten iterations on the shapes data run, every loss is finite,
+    and the loss falls (the first step's objectness loss over every prediction is learnt away
+    at once, then it keeps below a tenth of it); the final weights reload."""
+    from darknumba.train.detector import TrainOptions, train_detector
+    from darknumba.weights import load_weights
+    data, _ = shapes
+    text = (ROOT / "cfg" / "yolov7-tiny-custom.cfg").read_text()
+    for a, b in (("classes=1", "classes=3"), ("filters=18", "filters=24"), ("batch=64", "batch=4"),
+                 ("subdivisions=16", "subdivisions=1"), ("width=416", "width=160"),
+                 ("height=416", "height=160"), ("max_batches=6000", "max_batches=10"),
+                 ("burn_in=1000", "burn_in=0"), ("learning_rate=0.00261", "learning_rate=0.01")):
+        assert f"\n{a}\n" in text, a
+        text = text.replace(f"\n{a}\n", f"\n{b}\n")
+    cfg = tmp_path / "yolov7-tiny-shapes.cfg"
+    cfg.write_text(text)
+    lines = []
+    r = train_detector(data, cfg, TrainOptions(backup=str(tmp_path / "b"), progress=False,
+                                               chart=False, map_every=0, seed=1),
+                       log=lambda m, file=None: lines.append(m))
+    losses = [float(m.group(2)) for m in (re.match(r"(\d+): (\S+),", s) for s in lines) if m]
+    assert r["final_iteration"] == 10 and len(losses) == 10, lines
+    assert np.all(np.isfinite(losses)), losses
+    assert max(losses[1:]) < losses[0] / 10 and np.mean(losses[-3:]) < np.mean(losses[1:4]), \
+        losses
+    net = parse_network_cfg(cfg, batch=1)
+    load_weights(net, tmp_path / "b" / "yolov7-tiny-shapes_final.weights")
+    assert net.n == 99 and _seen(tmp_path / "b" / "yolov7-tiny-shapes_final.weights")[1] == 40
