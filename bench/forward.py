@@ -2,7 +2,7 @@
 GFLOPS, per-layer profile, and the start-up of a second process with a warm numba cache.
 
     python bench/forward.py [--cfg cfg/yolov3-tiny.cfg] [--weights weights/yolov3-tiny.weights]
-                            [--batch 1] [--reps 20] [--profile] [--exact] [--import-numpy-first]
+                            [--batch 1] [--reps 20] [--profile] [--winograd] [--import-numpy-first]
 
 --import-numpy-first imports numpy (and so its OpenBLAS) before darknumba, as most scripts do.
 """
@@ -42,8 +42,9 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="print a per-layer time table")
-    ap.add_argument("--exact", action="store_true",
-                    help="im2col + GEMM for every convolution (no Winograd)")
+    ap.add_argument("--winograd", action="store_true",
+                    help="Winograd F(4x4,3x3) for the larger 3x3 convolutions (default: im2col "
+                         "+ GEMM for every one, as Darknet)")
     ap.add_argument("--import-numpy-first", action="store_true",
                     help="import numpy before darknumba (darknumba must not depend on the order)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -56,7 +57,7 @@ def main():
     import numpy as np
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None
-    net = dn.load_network(args.cfg, weights, batch=args.batch, exact=args.exact or None)
+    net = dn.load_network(args.cfg, weights, batch=args.batch, exact=False if args.winograd else None)
     if weights is None:
         from darknumba.train.timing import unit_rolling_variance
         unit_rolling_variance(net)
@@ -89,7 +90,7 @@ def main():
         print(profile_forward(net, x, reps=max(3, args.reps // 4)))
     t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", "--cfg", args.cfg, "--weights",
-                          args.weights, "--batch", str(args.batch)] + ["--exact"] * args.exact
+                          args.weights, "--batch", str(args.batch)] + ["--winograd"] * args.winograd
                          + ["--import-numpy-first"] * args.import_numpy_first,
                          capture_output=True, text=True,
                          check=True)

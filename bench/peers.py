@@ -3,7 +3,7 @@
     pip install -e '.[bench]'          # opencv-python-headless<5, torch (CPU)
     python bench/peers.py [--cfg cfg/yolov3-tiny.cfg,cfg/yolov4-tiny.cfg,cfg/yolov3.cfg]
                           [--size 416] [--rounds 5] [--reps 10] [--train-batch 8]
-                          [--import-numpy-first] [--darknet PATH/TO/darknet]
+                          [--import-numpy-first] [--winograd] [--darknet PATH/TO/darknet]
 
 Each peer runs in its own subprocess (so no two thread pools share a process); rounds
 alternate between peers; per network and mode the table gives min and median ms per image,
@@ -75,7 +75,7 @@ def _load(args, batch, weights=True):
     """The network at --size (if given); random weights when the weights file is missing."""
     import darknumba as dn
     w = args.weights if weights and os.path.exists(args.weights) else None
-    net = dn.load_network(args.cfg, w, batch=batch)
+    net = dn.load_network(args.cfg, w, batch=batch, exact=False if args.winograd else None)
     if w is None:
         from darknumba.train.timing import unit_rolling_variance
         unit_rolling_variance(net)
@@ -264,6 +264,8 @@ def run_worker(peer, mode, batch, args):
         cmd += ["--darknet", args.darknet]
     if args.import_numpy_first:
         cmd += ["--import-numpy-first"]
+    if args.winograd:
+        cmd += ["--winograd"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
@@ -363,6 +365,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--modes", default="infer,train")
+    ap.add_argument("--winograd", action="store_true",
+                    help="darknumba's inference with Winograd for the larger 3x3 convolutions")
     ap.add_argument("--import-numpy-first", action="store_true",
                     help="the darknumba worker imports numpy before darknumba")
     ap.add_argument("--darknet", default=None, help="path to a built C darknet executable")

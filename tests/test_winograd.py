@@ -181,14 +181,21 @@ def test_exact_from_the_environment_and_compat(rng, tmp_path, monkeypatch):
     import darknumba as dn
     cfg = small_cfg(tmp_path)
     x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
-    monkeypatch.setenv("DARKNUMBA_EXACT", "1")
+    monkeypatch.delenv("DARKNUMBA_EXACT", raising=False)
+    monkeypatch.delenv("DARKNUMBA_WINOGRAD", raising=False)
     net = dn.load_network(cfg, batch=2)
-    assert net.exact
+    assert net.exact                            # the default: Darknet's im2col + GEMM
     net.predict(x)
     assert net.layers[0].winograd_weights is None
+    monkeypatch.setenv("DARKNUMBA_WINOGRAD", "1")
+    net = dn.load_network(cfg, batch=2)
+    assert not net.exact
+    net.predict(x)
+    assert net.layers[0].winograd_weights is not None
+    monkeypatch.setenv("DARKNUMBA_EXACT", "1")  # exact wins over the request for Winograd
+    assert dn.load_network(cfg, batch=2).exact
     monkeypatch.delenv("DARKNUMBA_EXACT")
-    assert not dn.load_network(cfg, batch=2).exact
-    net = dn.load_network(cfg, batch=2, compat="darknet-cpu")
+    net = dn.load_network(cfg, batch=2, compat="darknet-cpu", exact=False)
     net.predict(x)
     assert net.layers[0].winograd_weights is None
 

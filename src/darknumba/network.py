@@ -92,6 +92,14 @@ def zero_delta(delta):
         delta.fill(0.0)
 
 
+
+def exact_from_env() -> bool:
+    """The exact im2col + GEMM path unless DARKNUMBA_WINOGRAD=1 asks for Winograd at inference;
+    DARKNUMBA_EXACT=1 wins over it."""
+    def on(name):
+        return os.environ.get(name, "") not in ("", "0")
+    return on("DARKNUMBA_EXACT") or not on("DARKNUMBA_WINOGRAD")
+
 class Network:
     def __init__(self):
         self.layers = []
@@ -121,8 +129,9 @@ class Network:
         self.seen = 0
         self.t = 0
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
-        # True: every convolution takes the exact im2col + GEMM path, never Winograd (test mode)
-        self.exact = os.environ.get("DARKNUMBA_EXACT", "") not in ("", "0")
+        # True (the default): every convolution takes the exact im2col + GEMM path; False:
+        # Winograd for the eligible 3x3 ones in test mode (exact_from_env)
+        self.exact = exact_from_env()
         self.dialect_reason = "the default"
         self.cfg_path = None
         self.allocated = True          # False: built for the layer table only (no buffers)

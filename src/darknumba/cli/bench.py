@@ -14,7 +14,7 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
           reps: Annotated[int, typer.Option(min=1, help="timed repetitions")] = 10,
           train: Annotated[bool, typer.Option(help="time training steps (forward, backward, "
                                                    "update) with random yolo truths")] = False,
-          exact: ExactOption = False):
+          exact: ExactOption = None):
     """Time the forward pass (or a training step): first call (compile), steady state, and
     where the time goes per layer."""
     import time
@@ -23,7 +23,7 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
 
     from ..parser import load_network
     from ..train.timing import profile_forward, profile_train, unit_rolling_variance
-    net = load_network(cfg, weights, batch=batch, exact=exact or None)
+    net = load_network(cfg, weights, batch=batch, exact=exact)
     if weights is None:
         unit_rolling_variance(net)
     rng = np.random.default_rng(0)

@@ -191,7 +191,7 @@ def detect(
     dont_show: Annotated[bool, typer.Option(
         "-dont_show", help="accepted for Darknet commands; no window is ever shown")] = False,
     dialect: DialectOption = None,
-    exact: ExactOption = False,
+    exact: ExactOption = None,
 ):
     """Detect objects as `./darknet detect` does: prints `name: NN%` per box and class, draws
     the boxes. With no arguments, runs yolov3-tiny on a sample photo."""
@@ -220,7 +220,7 @@ def detect(
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
                         nms=nms, hier=hier, names=names,
                         letterbox=True if letter_box else letterbox, dialect=dialect,
-                        ext_output=ext_output, log=warn, exact=exact or None)
+                        ext_output=ext_output, log=warn, exact=exact)
     run_detection(detector, paths, out=out, json_out=json_out)
 
 

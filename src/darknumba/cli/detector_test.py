@@ -47,7 +47,7 @@ def detector_test(
     map_flag: IgnoredMap = False,
     clear: IgnoredClear = False,
     dialect: DialectOption = None,
-    exact: ExactOption = False,
+    exact: ExactOption = None,
 ):
     """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`,
     and AlexeyAB's -ext_output, -dont_show (accepted: nothing is shown), -letter_box. An
@@ -63,7 +63,7 @@ def detector_test(
     detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
                         nms=nms, names=names_file_of(datacfg), dialect=dialect,
                         letterbox=True if letter_box else None, ext_output=ext_output, log=warn,
-                        exact=exact or None)
+                        exact=exact)
     if thresh is None and detector.alexeyab:
         detector.thresh = 0.25                  # AlexeyAB's detector test default
     with (open(json_out, "w") if json_out not in (None, "-")
