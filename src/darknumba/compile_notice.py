@@ -12,7 +12,7 @@ from typing import Callable
 from numba.core import event
 
 NOTICE = ("darknumba: compiling the network's kernels for this CPU (first run only, about "
-          "15-60 s; cached for later runs; `darknumba warmup` does it ahead)")
+          "10-60 s; cached for later runs; `darknumba warmup` does it ahead)")
 
 
 class _FirstCompile(event.Listener):
