@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import DATA, ROOT, tiny_weights
 from PIL import Image
+from tiny_nets import NAMES, SMALL_CFG
 from typer.testing import CliRunner
 
 import darknumba as dn
@@ -15,32 +16,6 @@ from darknumba.errors import DataError
 from darknumba.vision.detector import RECORD_KEYS, as_image, class_names, labelled
 from darknumba.vision.image import load_image_color
 
-SMALL_CFG = """[net]
-width=32
-height=32
-channels=3
-
-[convolutional]
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-
-[convolutional]
-filters=21
-size=1
-stride=1
-pad=0
-activation=linear
-
-[yolo]
-mask=0,1,2
-anchors=4,5, 8,9, 14,12
-classes=2
-num=3
-"""
-NAMES = ["ring", "block"]
 THRESH = 0.4
 
 

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import DATA
 from PIL import Image
+from tiny_nets import NAMES, SMALL_CFG
 
 import darknumba as dn
 from darknumba.cli import run
@@ -25,32 +26,6 @@ except ImportError:
 needs_av = pytest.mark.skipif(av is None, reason="PyAV is not installed (pip install "
                                                  "darknumba[video])")
 
-SMALL_CFG = """[net]
-width=32
-height=32
-channels=3
-
-[convolutional]
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-
-[convolutional]
-filters=21
-size=1
-stride=1
-pad=0
-activation=linear
-
-[yolo]
-mask=0,1,2
-anchors=4,5, 8,9, 14,12
-classes=2
-num=3
-"""
-NAMES = ["ring", "block"]
 THRESH = 0.4
 FPS = Fraction(25, 2)
 
