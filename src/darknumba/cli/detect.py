@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -74,6 +75,28 @@ def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | N
     return out / name
 
 
+@contextmanager
+def json_lines_to(json_out):
+    """Where JSON lines go: stdout for '-', an open text file given (left open), a path
+    (its folder made; closed at the end), or nowhere (None, empty)."""
+    if not json_out:
+        yield None
+    elif json_out == "-":
+        yield sys.stdout
+    elif hasattr(json_out, "write"):
+        yield json_out
+    else:
+        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
+        with open(json_out, "w") as f:
+            yield f
+
+
+def predicted_in(seconds: float, alexeyab: bool) -> str:
+    """Darknet's timing words: AlexeyAB's in milli-seconds, pjreddie's in seconds."""
+    return (f"Predicted in {1000 * seconds:f} milli-seconds." if alexeyab
+            else f"Predicted in {seconds:f} seconds.")
+
+
 def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                   json_out=None) -> int:
     """Detect on every image with a vision.detector.Detector; print Darknet's lines and draw
@@ -85,14 +108,6 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
 
     single = len(paths) == 1
     text = json_out != "-"
-    jf = None
-    if json_out == "-":
-        jf = sys.stdout
-    elif hasattr(json_out, "write"):
-        jf = json_out
-    elif json_out:
-        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        jf = open(json_out, "w")
     skipped: list[str] = []
     used: set = set()
     done = 0
@@ -100,7 +115,7 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
     echo = typer.echo if single else bar.write
     detector.warm_up()                  # any compile before the clock starts
     start = time.perf_counter()
-    try:
+    with json_lines_to(json_out) as jf, bar:
         for p in detector.run(paths):
             bar.update(1)
             if p.error is not None:
@@ -109,8 +124,7 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                 skipped.append(p.error)
                 continue
             if text:
-                echo(f"{p.source}: Predicted in {1000 * p.seconds:f} milli-seconds."
-                     if detector.alexeyab else f"{p.source}: Predicted in {p.seconds:f} seconds.")
+                echo(f"{p.source}: {predicted_in(p.seconds, detector.alexeyab)}")
                 for line in p.lines():
                     echo(line)
             target = _out_path(out, Path(p.source), single, used) \
@@ -123,10 +137,6 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                 jf.write(json.dumps(p.record) + "\n")
                 jf.flush()
             done += 1
-    finally:
-        bar.close()
-        if jf is not None and jf is not sys.stdout and jf is not json_out:
-            jf.close()
     elapsed = time.perf_counter() - start
     for err in skipped:
         warn(f"skipped: {err}")

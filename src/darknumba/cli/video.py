@@ -9,24 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .detect import warn
-
-
-def open_video(video, out: Optional[Path]):
-    """(reader, writer or None) for a video and its drawn copy, both checked before the
-    network loads: a missing or unreadable video, a bad output suffix or an unwritable output
-    fails here."""
-    from ..vision.video import VideoReader, VideoWriter, check_output
-    if out is not None:
-        check_output(out, video)
-    reader = VideoReader(video)
-    try:
-        writer = (VideoWriter(out, reader.width, reader.height, reader.fps, source=video)
-                  if out is not None else None)
-    except BaseException:
-        reader.close()
-        raise
-    return reader, writer
+from .detect import json_lines_to, predicted_in, warn
 
 
 def _fps(rate) -> str:
@@ -45,35 +28,25 @@ def run_video(detector, reader, writer=None, json_out: Optional[str] = None,
     from ..vision.video import detect_video
 
     text = json_out != "-"
-    jf = None
     frames = 0
     bar = tqdm(total=reader.frames, unit="frame", file=sys.stderr, dynamic_ncols=True)
     start = time.perf_counter()
     try:
-        if json_out == "-":
-            jf = sys.stdout
-        elif json_out:
-            Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-            jf = open(json_out, "w")
-        for f in detect_video(detector, reader, writer):
-            frames += 1
-            bar.update(1)
-            if text:
-                rate = frames / max(time.perf_counter() - start, 1e-9)
-                p = f.prediction
-                head = ([f"FPS:{rate:.1f}", "Objects:", ""] if demo else
-                        [f"{f.video} frame {f.frame} at {f.time:.3f} s: Predicted in "
-                         + (f"{1000 * p.seconds:f} milli-seconds." if detector.alexeyab
-                            else f"{p.seconds:f} seconds.")])
-                for line in head + f.lines():
-                    bar.write(line, file=sys.stdout)
-            if jf is not None:
-                jf.write(json.dumps(f.record) + "\n")
-                jf.flush()
+        with json_lines_to(json_out) as jf, bar:
+            for f in detect_video(detector, reader, writer):
+                frames += 1
+                bar.update(1)
+                if text:
+                    rate = frames / max(time.perf_counter() - start, 1e-9)
+                    head = ([f"FPS:{rate:.1f}", "Objects:", ""] if demo else
+                            [f"{f.video} frame {f.frame} at {f.time:.3f} s: "
+                             + predicted_in(f.prediction.seconds, detector.alexeyab)])
+                    for line in head + f.lines():
+                        bar.write(line, file=sys.stdout)
+                if jf is not None:
+                    jf.write(json.dumps(f.record) + "\n")
+                    jf.flush()
     finally:
-        bar.close()
-        if jf is not None and jf is not sys.stdout:
-            jf.close()
         reader.close()
         if writer is not None:
             writer.close()
@@ -90,6 +63,7 @@ def detect_video_file(detector_args: dict, video, out: Optional[Path], json_out,
     frames per forward pass (an AlexeyAB network at `alexeyab_thresh` when given), and
     run_video."""
     from ..vision.detector import Detector
+    from ..vision.video import open_video
     reader, writer = open_video(video, out)
     try:
         detector = Detector(**detector_args, batch=batch, log=warn)

@@ -378,10 +378,9 @@ class Detector:
         `prediction`), net.batch frames per forward pass; with `out`, the drawn frames are
         written to that video file (same size and frame rate). Needs PyAV
         (pip install darknumba[video])."""
-        from .video import VideoReader, VideoWriter, detect_video
-        with VideoReader(video) as reader:
-            writer = (VideoWriter(out, reader.width, reader.height, reader.fps, source=video)
-                      if out is not None else None)
+        from .video import detect_video, open_video
+        reader, writer = open_video(video, out)
+        with reader:
             try:
                 yield from detect_video(self, reader, writer)
             finally:

@@ -222,6 +222,22 @@ class VideoWriter:
         self.close()
 
 
+def open_video(video, out=None):
+    """(reader, writer or None) for a video and its drawn copy, both checked before the
+    network loads: a missing or unreadable video, a bad output suffix or an unwritable output
+    fails here."""
+    if out is not None:
+        check_output(out, video)
+    reader = VideoReader(video)
+    try:
+        writer = (VideoWriter(out, reader.width, reader.height, reader.fps, source=video)
+                  if out is not None else None)
+    except BaseException:
+        reader.close()
+        raise
+    return reader, writer
+
+
 # -- detection ---------------------------------------------------------------------------------
 @dataclass
 class FramePrediction:
