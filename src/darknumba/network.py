@@ -15,7 +15,6 @@ from .kernels.blas import fill_cpu
 from .layers.base import Scratch, UpdateArgs
 
 
-
 def _rate_constant(net, b):
     return float(np.float32(net.learning_rate))
 
@@ -92,13 +91,13 @@ def zero_delta(delta):
         delta.fill(0.0)
 
 
-
 def exact_from_env() -> bool:
     """The exact im2col + GEMM path unless DARKNUMBA_WINOGRAD=1 asks for Winograd at inference;
     DARKNUMBA_EXACT=1 wins over it."""
     def on(name):
         return os.environ.get(name, "") not in ("", "0")
     return on("DARKNUMBA_EXACT") or not on("DARKNUMBA_WINOGRAD")
+
 
 class Network:
     def __init__(self):
