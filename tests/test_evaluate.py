@@ -1,6 +1,7 @@
 """mAP on hand-made cases: VOC all-point AP, COCO mAP@[.5:.95], P/R/F1/IoU at a threshold."""
 import numpy as np
 import pytest
+from tiny_nets import SMALL_CFG
 
 from darknumba.train.evaluate import box_iou, compute_map, recall_stats, voc_ap
 
@@ -116,28 +117,6 @@ def test_map_iou_thresh_is_used():
     assert compute_map([det(0, 0, .9, shifted)], truths, 1, iou_thresh=0.4).ap[0] == \
         pytest.approx(1.0)
 
-
-SMALL_CFG = """[net]
-width=32
-height=32
-channels=3
-[convolutional]
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-[convolutional]
-filters=21
-size=1
-stride=1
-activation=linear
-[yolo]
-mask=0,1,2
-anchors=4,5, 8,9, 14,12
-classes=2
-num=3
-"""
 
 
 def test_result_files_voc_and_coco(tmp_path):

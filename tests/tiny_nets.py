@@ -1,5 +1,5 @@
 """Small networks the tests share: a 32x32 yolo detector of two classes that a random
-initialisation runs in milliseconds (used by the Detector API and the video tests)."""
+initialisation runs in milliseconds (used by the Detector API, video and evaluation tests)."""
 
 SMALL_CFG = """[net]
 width=32
