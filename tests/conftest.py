@@ -99,3 +99,12 @@ def weights_rows(net, ours: bytes, ref: bytes, tol: float):
             off += arr.size
     assert off == a.size, f"the network's records hold {off} floats, the file {a.size}"
     return named_rows(mine, theirs, tol=tol)
+
+
+def darknet_ab_dir() -> Path:
+    """The AlexeyAB darknet tree of DARKNET_AB_DIR (built with `make LIBSO=1`), or a skip."""
+    d = os.environ.get("DARKNET_AB_DIR")
+    if not d:
+        pytest.skip("DARKNET_AB_DIR is not set (point it at an AlexeyAB darknet tree built with "
+                    "`make LIBSO=1`); the recorded AlexeyAB fixtures are tested in test_ab_*")
+    return Path(d)

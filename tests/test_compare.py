@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, golden_dir, tiny_weights
+from conftest import DATA, ROOT, darknet_ab_dir, golden_dir, tiny_weights
 from typer.testing import CliRunner
 
 import darknumba as dn
@@ -453,14 +453,6 @@ def test_recorded_yolov3_tiny_perturbed_names_layer(tiny64):
 
 
 # -- an AlexeyAB build (DARKNET_AB_DIR) ------------------------------------------------------------
-
-def darknet_ab_dir() -> Path:
-    d = os.environ.get("DARKNET_AB_DIR")
-    if not d:
-        pytest.skip("DARKNET_AB_DIR is not set (point it at an AlexeyAB darknet tree built with "
-                    "`make LIBSO=1`); the recorded AlexeyAB fixtures are tested in test_ab_*")
-    return Path(d)
-
 
 def yolov4_tiny():
     d = Path(os.environ.get("DARKNUMBA_YOLOV4_TINY", ROOT / "weights"))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, v4tiny_weights
+from conftest import DATA, ROOT, darknet_ab_dir, v4tiny_weights
 from typer.testing import CliRunner
 
 import darknumba as dn
@@ -19,14 +19,6 @@ from darknumba.weights import save_weights
 
 FIX = ROOT / "tests" / "fixtures" / "ab"
 runner = CliRunner()
-
-
-def darknet_ab_dir() -> Path:
-    d = os.environ.get("DARKNET_AB_DIR")
-    if not d:
-        pytest.skip("DARKNET_AB_DIR is not set (point it at an AlexeyAB darknet tree built with "
-                    "`make LIBSO=1`); the recorded AlexeyAB fixtures are tested in test_ab_*")
-    return Path(d)
 
 
 def compare(*args) -> tuple[int, dict]:

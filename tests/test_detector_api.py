@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from conftest import DATA, ROOT, tiny_weights
 from PIL import Image
-from tiny_nets import NAMES, SMALL_CFG
+from tiny_nets import NAMES, write_small_detector
 from typer.testing import CliRunner
 
 import darknumba as dn
@@ -24,12 +24,7 @@ def small(tmp_path_factory):
     """A yolo network with Darknet's random initialisation saved as .weights, its names file,
     and four PNGs of different sizes."""
     root = tmp_path_factory.mktemp("small")
-    cfg = root / "small.cfg"
-    cfg.write_text(SMALL_CFG)
-    weights = root / "small.weights"
-    dn.save_weights(dn.load_network(cfg), weights)
-    names = root / "small.names"
-    names.write_text("\n".join(NAMES) + "\n")
+    cfg, weights, names = write_small_detector(root)
     rng = np.random.default_rng(1)
     images = []
     for k, (h, w) in enumerate([(40, 56), (32, 32), (25, 61), (48, 30)]):

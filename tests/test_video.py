@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import DATA
 from PIL import Image
-from tiny_nets import NAMES, SMALL_CFG
+from tiny_nets import NAMES, write_small_detector
 
 import darknumba as dn
 from darknumba.cli import run
@@ -72,12 +72,7 @@ def small(tmp_path_factory):
     """The tiny network's cfg, random .weights, names and .data files, and a 7-frame clip
     whose width and height are odd."""
     root = tmp_path_factory.mktemp("video")
-    cfg = root / "small.cfg"
-    cfg.write_text(SMALL_CFG)
-    weights = root / "small.weights"
-    dn.save_weights(dn.load_network(cfg), weights)
-    names = root / "small.names"
-    names.write_text("\n".join(NAMES) + "\n")
+    cfg, weights, names = write_small_detector(root)
     data = root / "small.data"
     data.write_text(f"classes=2\nnames={names}\n")
     clip = write_video(root / "clip.mp4", shapes_frames(7, 47, 63)) if av else None
