@@ -8,7 +8,8 @@ from darknumba.kernels.blas import (add_bias, mean_cpu, normalize_cpu, scale_bia
                                     upsample_cpu, variance_cpu)
 from darknumba.kernels.gemm import gemm, gemm_cpu
 from darknumba.kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
-from darknumba.kernels.pool import forward_avgpool_cpu, forward_maxpool2_cpu, forward_maxpool_cpu
+from darknumba.kernels.pool import (backward_maxpool_cpu, forward_avgpool_cpu, forward_maxpool2_cpu,
+                                    forward_maxpool_cpu)
 from darknumba.kernels.softmax import softmax_cpu
 
 def rand(rng, *shape):
@@ -116,11 +117,18 @@ def test_maxpool_matches_numpy(rng, size, stride, pad, h, w):
 
 @pytest.mark.parametrize("stride,pad,h,w", [(2, 1, 8, 8), (2, 1, 7, 9), (1, 1, 13, 13),
                                              (1, 0, 6, 5), (2, 0, 5, 6), (2, 3, 7, 7), (1, 1, 1, 1),
-                                             (1, 2, 9, 8), (2, 1, 4, 90)])
+                                             (1, 2, 9, 8), (2, 1, 4, 90), (2, 1, 40, 300),
+                                             (1, 1, 70, 70), (3, 1, 11, 12)])
 def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
-    """The small-map size-2 kernel: values, winners' indexes and ties as the naive scan."""
+    """The size-2 kernel: values, winners' indexes and ties as the naive scan, also where
+    windows hold NaN or -inf only (the output stays -FLT_MAX, the index -1), and on maps
+    large enough to be cut into several row blocks per plane."""
     b, c = 2, 3
     x = rng.integers(0, 3, b * c * h * w).astype(np.float32)       # many ties
+    x[rng.random(x.size) < 0.2] = np.nan
+    x[rng.random(x.size) < 0.2] = -np.inf
+    x[:4] = -np.inf
+    x[w:w + 4] = np.nan
     ref, ref_idx = naive.maxpool_forward(x, b, c, h, w, 2, stride, pad)
     oh = (h + pad - 2) // stride + 1
     ow = (w + pad - 2) // stride + 1
@@ -132,6 +140,26 @@ def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
     fast = np.full(ref.size, np.nan, np.float32)
     forward_maxpool2_cpu(x, b, c, h, w, stride, pad, oh, ow, fast, idx, False)
     np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("parts", [1, 2, 6])
+def test_maxpool_backward_matches_numpy(rng, parts):
+    """backward_maxpool_cpu adds each output's delta into its winner (repeated winners of a
+    stride-1 pool add up, in output order), whatever the number of parts the outputs are cut
+    into; an index -1 (a window with no winner) adds nothing."""
+    b, c, h, w = 2, 3, 6, 7
+    x = rand(rng, b * c * h * w)
+    out, idx = naive.maxpool_forward(x, b, c, h, w, 2, 1, 1)
+    idx = idx.astype(np.int32)
+    idx[3] = -1
+    delta = rand(rng, out.size)
+    want = rand(rng, x.size)
+    got = want.copy()
+    for i in range(out.size):
+        if idx[i] >= 0:
+            want[idx[i]] += delta[i]
+    backward_maxpool_cpu(delta, idx, got, parts, out.size // parts)
+    np.testing.assert_array_equal(got, want)
 
 
 def test_avgpool_matches_numpy(rng):

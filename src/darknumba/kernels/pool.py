@@ -11,11 +11,6 @@ from .im2col import valid_span
 
 FLT_MAX = np.float32(3.4028234663852886e38)
 
-# size-2 maxpools with output rows up to this wide use forward_maxpool2_cpu (measured here at
-# batch 8: 26 columns 6.5 -> 1.7 ms, 13 columns 6.9 -> 2.1 ms; 208 columns 9 -> 17 ms)
-MAXPOOL2_MAX_W = 32
-
-
 @njit(parallel=True, cache=True)
 def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output, indexes,
                         want_indexes=True):
@@ -62,12 +57,12 @@ def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, ou
 
 
 @njit(parallel=True, cache=True)
-def backward_maxpool_cpu(delta, indexes, n, prev_delta, batch, in_per_image, out_per_image):
-    """prev_delta[indexes[i]] += delta[i]. Winners of image b lie in image b's input, so
-    threads split over images own their writes."""
-    for b in prange(batch):
-        for k in range(out_per_image):
-            i = b * out_per_image + k
+def backward_maxpool_cpu(delta, indexes, prev_delta, parts, out_per_part):
+    """prev_delta[indexes[i]] += delta[i], the outputs cut into `parts` runs of out_per_part
+    whose winners lie in disjoint parts of the input (planes for a spatial maxpool, images
+    for maxpool_depth): threads split over parts own their writes."""
+    for part in prange(parts):
+        for i in range(part * out_per_part, (part + 1) * out_per_part):
             idx = indexes[i]
             if idx >= 0:
                 prev_delta[idx] += delta[i]
@@ -116,48 +111,78 @@ def _window_max(inp, plane, h, w, size, y0, x0):
 
 
 @njit(cache=True, inline="always")
-def _max2x2(inp, r0, r1, col):
-    """(max, flat index) of the 2x2 window with rows at r0, r1 and first column col, all four
-    cells inside the image: selects in Darknet's scan order with a strict `>`."""
-    best = inp[r0 + col]
-    bi = r0 + col
-    for cell in (r0 + col + 1, r1 + col, r1 + col + 1):
-        v = inp[cell]
-        bi = cell if v > best else bi
+def _maxpool2_run(top, bottom, o, ix, first, w, step, n, want_indexes):
+    """n outputs whose 2x2 windows lie inside the image: window j's cells are top[j*step + {0,
+    1}] and bottom[j*step + {0, 1}], and `first` is the flat input index of top[0] (bottom
+    starts w later). Selects from -FLT_MAX in Darknet's scan order with a strict `>`, so ties,
+    NaN and -inf cells give what the general kernel gives. `step` is a literal at the call
+    sites: the loads vectorise."""
+    if not want_indexes:
+        for j in range(n):
+            x = j * step
+            # max(a, b) is b if b > a else a: the same chain of selects, in scan order
+            o[j] = max(max(max(max(-FLT_MAX, top[x]), top[x + 1]), bottom[x]), bottom[x + 1])
+        return
+    for j in range(n):
+        x = j * step
+        best = -FLT_MAX
+        bi = np.int32(-1)
+        v = top[x]
+        bi = np.int32(first + x) if v > best else bi
         best = v if v > best else best
-    return best, bi
+        v = top[x + 1]
+        bi = np.int32(first + x + 1) if v > best else bi
+        best = v if v > best else best
+        v = bottom[x]
+        bi = np.int32(first + w + x) if v > best else bi
+        best = v if v > best else best
+        v = bottom[x + 1]
+        bi = np.int32(first + w + x + 1) if v > best else bi
+        best = v if v > best else best
+        o[j] = best
+        ix[j] = bi
+
+
+# outputs per parallel iteration of forward_maxpool2_cpu (whole rows): short rows are grouped so
+# the per-iteration set-up is paid rarely, long planes are split so both cores share few planes
+MAXPOOL2_BLOCK = 4096
 
 
 @njit(parallel=True, cache=True)
 def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output, indexes,
                          want_indexes=True):
-    """forward_maxpool_cpu for size 2 (Darknet's usual maxpool) on small maps, one plane per
-    iteration: the general kernel's per-row set-up (one parallel iteration and four slices per
-    output row) dominates when rows are short (26 or 13 columns: 3-4x slower with indexes).
-    Windows wholly inside the image take a loop of selects, the border windows go through
-    _window_max. Same values, indexes and tie rule as the general kernel; on long rows the
-    general kernel's vectorised sweeps are faster (MAXPOOL2_MAX_W)."""
+    """forward_maxpool_cpu for size 2 (Darknet's usual maxpool), one block of output rows of
+    one plane per iteration. Windows wholly inside the image take _maxpool2_run (stride 2 and
+    1 with a literal step), the border windows go through _window_max. Same values, indexes
+    and tie rule as the general kernel; with want_indexes False the indexes are not written."""
     off = -(pad // 2)
-    for p in prange(batch * c):
+    # output columns j whose two input columns off + j*stride + {0, 1} lie inside [0, w)
+    j_lo = min(out_w, 0 if off >= 0 else (-off + stride - 1) // stride)
+    j_hi = max(j_lo, min(out_w, (w - 2 - off) // stride + 1))
+    rows = max(1, min(out_h, MAXPOOL2_BLOCK // out_w))
+    blocks = (out_h + rows - 1) // rows
+    for pb in prange(batch * c * blocks):
+        p = pb // blocks
+        i0 = (pb % blocks) * rows
         plane = p * h * w
-        out_base = p * out_h * out_w
-        # output columns j whose two input columns off + j*stride + {0, 1} lie inside [0, w)
-        j_lo = 0 if off >= 0 else (-off + stride - 1) // stride
-        j_hi = max(j_lo, min(out_w, (w - 2 - off) // stride + 1))
-        for i in range(out_h):
+        for i in range(i0, min(out_h, i0 + rows)):
             y0 = off + i * stride
-            o = out_base + i * out_w
-            r0 = plane + y0 * w + off                # both window rows, when inside the image
-            r1 = r0 + w
+            o = (p * out_h + i) * out_w
             j0, j1 = (j_lo, j_hi) if y0 >= 0 and y0 + 1 < h else (0, 0)
-            for jj in range(j0, j1):
-                if stride == 2:                      # a constant stride: loads vectorise
-                    best, bi = _max2x2(inp, r0, r1, 2 * jj)
+            if j1 > j0:
+                first = plane + y0 * w + off + j0 * stride
+                span = (j1 - j0 - 1) * stride + 2
+                top = inp[first:first + span]
+                bottom = inp[first + w:first + w + span]
+                orow = output[o + j0:o + j1]
+                irow = indexes[o + j0:o + j1]
+                if stride == 2:
+                    _maxpool2_run(top, bottom, orow, irow, first, w, 2, j1 - j0, want_indexes)
+                elif stride == 1:
+                    _maxpool2_run(top, bottom, orow, irow, first, w, 1, j1 - j0, want_indexes)
                 else:
-                    best, bi = _max2x2(inp, r0, r1, jj * stride)
-                output[o + jj] = best
-                if want_indexes:
-                    indexes[o + jj] = bi
+                    _maxpool2_run(top, bottom, orow, irow, first, w, stride, j1 - j0,
+                                  want_indexes)
             for j in range(out_w):                  # the border windows
                 if j0 <= j < j1:
                     continue

@@ -5,7 +5,7 @@ the map size unchanged), `antialiasing` (layers/antialias.py), and [local_avgpoo
 over each window's cells inside the image."""
 import numpy as np
 
-from ..kernels.pool import (MAXPOOL2_MAX_W, backward_local_avgpool_cpu, backward_maxpool_cpu,
+from ..kernels.pool import (backward_local_avgpool_cpu, backward_maxpool_cpu,
                             forward_local_avgpool_cpu, forward_maxpool2_cpu, forward_maxpool_cpu,
                             forward_maxpool_depth_cpu)
 from .antialias import Antialiased
@@ -89,7 +89,7 @@ class MaxpoolLayer(Layer):
             forward_maxpool_depth_cpu(net.input, self.batch, self.c, self.h * self.w,
                                       self.out_c, self.output, self.indexes)
             return
-        if self.size == 2 and self.out_w <= MAXPOOL2_MAX_W:
+        if self.size == 2:
             forward_maxpool2_cpu(net.input, self.batch, self.c, self.h, self.w, self.stride,
                                  self.pad, self.out_h, self.out_w, self.output, self.indexes,
                                  net.train)
@@ -102,8 +102,10 @@ class MaxpoolLayer(Layer):
         """backward_maxpool_layer: each output's delta goes to the input that won."""
         if net.delta is None:
             return
-        backward_maxpool_cpu(self.delta, self.indexes, self.batch * self.outputs, net.delta,
-                             self.batch, self.inputs, self.outputs)
+        # a spatial maxpool's winners lie in the output's own plane, maxpool_depth's in its image
+        parts = self.batch if self.maxpool_depth else self.batch * self.c
+        backward_maxpool_cpu(self.delta, self.indexes, net.delta, parts,
+                             self.batch * self.outputs // parts)
 
     def describe(self):
         shape = (f"{self.w:4d} x{self.h:4d} x{self.c:4d}   ->  "
