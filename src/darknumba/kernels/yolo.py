@@ -4,19 +4,24 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .logistic_rows import logistic_row
+
 
 @njit(parallel=True, cache=True)
-def activate_yolo_output(output, batch, n, classes, wh):
-    """Logistic on entries 0, 1 (x, y) and 4.. (objectness, classes) of every anchor."""
+def activate_yolo_output(inp, output, batch, n, classes, wh):
+    """output = inp with Darknet's logistic on entries 0, 1 (x, y) and 4.. (objectness,
+    classes) of every anchor; w, h copied raw (forward_yolo_layer's copy and activations in
+    one pass)."""
     entries = 4 + classes + 1
     # one (image, anchor, entry) row per iteration: enough rows to keep both cores busy
     for bne in prange(batch * n * entries):
         e = bne % entries
+        src = inp[bne * wh:(bne + 1) * wh]
+        dst = output[bne * wh:(bne + 1) * wh]
         if e == 2 or e == 3:
-            continue
-        row = output[bne * wh:(bne + 1) * wh]
-        for i in range(wh):
-            row[i] = np.float32(1.0 / (1.0 + math.exp(-np.float64(row[i]))))
+            dst[:] = src
+        else:
+            logistic_row(src, dst)
 
 
 # -- training targets (forward_yolo_layer with a truth) -------------------------------------

@@ -11,31 +11,30 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .logistic_rows import logistic_f_row
+
 f32 = np.float32
 _0 = f32(0.0)
 _1 = f32(1.0)
 
-@njit(cache=True)
-def _logistic(v):
-    """AlexeyAB's logistic_activate in float: 1.f / (1.f + expf(-x))."""
-    return _1 / (_1 + f32(math.exp(-np.float64(v))))
-
-
 @njit(parallel=True, cache=True)
-def activate_yolo_output_ab(output, batch, n, classes, wh, new_coords, scale, shift):
-    """forward_yolo_layer's CPU activations, per (image, anchor): logistic on x, y and on the
-    objectness and classes (none with new_coords: the convolution before is logistic), then
-    x, y <- x * scale + shift (scale_x_y; shift = -(scale - 1) / 2, applied even when 1)."""
+def activate_yolo_output_ab(inp, output, batch, n, classes, wh, new_coords, scale, shift):
+    """output = inp after forward_yolo_layer's CPU activations: AlexeyAB's logistic on x, y
+    and on the objectness and classes (none with new_coords: the convolution before is
+    logistic), then x, y <- x * scale + shift (scale_x_y; shift = -(scale - 1) / 2, applied
+    even when 1); w, h copied raw. One (image, anchor, entry) row per iteration."""
     entries = 4 + 1 + classes
-    for ba in prange(batch * n):
-        base = ba * entries * wh
-        if not new_coords:
-            for k in range(base, base + 2 * wh):
-                output[k] = _logistic(output[k])
-            for k in range(base + 4 * wh, base + entries * wh):
-                output[k] = _logistic(output[k])
-        for k in range(base, base + 2 * wh):
-            output[k] = output[k] * scale + shift
+    for bne in prange(batch * n * entries):
+        e = bne % entries
+        src = inp[bne * wh:(bne + 1) * wh]
+        dst = output[bne * wh:(bne + 1) * wh]
+        if new_coords or e == 2 or e == 3:
+            dst[:] = src
+        else:
+            logistic_f_row(src, dst)
+        if e < 2:
+            for k in range(wh):
+                dst[k] = dst[k] * scale + shift
 
 
 @njit(cache=True)

@@ -97,11 +97,15 @@ class YoloLayer(Layer):
         self._set_sizes()
 
     def forward(self, net):
-        """forward_yolo_layer: activations, then (train mode with truth) the loss deltas."""
-        self.output[:] = net.input[:self.batch * self.outputs]
-        activate_yolo_output(self.output, self.batch, self.n, self.classes, self.w * self.h)
+        """forward_yolo_layer: activations, then (train mode with truth) the loss deltas.
+        Darknet zeroes delta before it returns in test mode too; here delta is left alone
+        then (nothing reads it before the next training forward zeroes it)."""
+        activate_yolo_output(net.input, self.output, self.batch, self.n, self.classes,
+                             self.w * self.h)
+        if not net.train:
+            return
         self.delta[:] = 0.0
-        if not net.train or net.truth is None:
+        if net.truth is None:
             return
         self.forward_loss(net)
 

@@ -133,12 +133,14 @@ class AbYoloLayer(YoloLayer):
     # -- forward --------------------------------------------------------------------------
     def forward(self, net):
         """forward_yolo_layer: activations, then (train mode with truth) the loss deltas."""
-        self.output[:] = net.input[:self.batch * self.outputs]
         s = np.float32(self.scale_x_y)
-        activate_yolo_output_ab(self.output, self.batch, self.n, self.classes, self.w * self.h,
-                                bool(self.new_coords), s, np.float32(-0.5 * (float(s) - 1)))
+        activate_yolo_output_ab(net.input, self.output, self.batch, self.n, self.classes,
+                                self.w * self.h, bool(self.new_coords), s,
+                                np.float32(-0.5 * (float(s) - 1)))
+        if not net.train:                          # delta left alone, as in layers/yolo.py
+            return
         self.delta[:] = 0.0
-        if not net.train or net.truth is None:
+        if net.truth is None:
             return
         self.forward_loss(net)
 
