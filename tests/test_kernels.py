@@ -21,7 +21,8 @@ def rand(rng, *shape):
 # for the vectorised copies (>= 64 outputs)
 IM2COL_SHAPES = [(c, 7, 5, k, s, p) for c in (1, 3) for k in (1, 3, 5) for s in (1, 2, 3)
                  for p in (0, 1, 2)] + [(2, 3, 70, 3, 1, 1), (1, 4, 150, 3, 2, 1),
-                                        (2, 5, 66, 5, 1, 2), (3, 2, 200, 1, 3, 0)]
+                                        (2, 5, 66, 5, 1, 2), (3, 2, 200, 1, 3, 0),
+                                        (2, 5, 141, 5, 2, 2), (1, 3, 130, 3, 2, 0)]
 
 
 @pytest.mark.parametrize("c,h,w,k,stride,pad", IM2COL_SHAPES)

@@ -7,6 +7,10 @@ import numpy as np
 from numba import njit, prange
 
 
+# im2col_batch_cpu splits each plane's blocks between iterations below this many planes
+FEW_PLANES = 16
+
+
 @njit(cache=True, inline="always")
 def valid_span(col0, stride, n_out, width):
     """[lo, hi): the outputs j whose input column col0 + j*stride lies in [0, width); always
@@ -45,12 +49,18 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
     ld = batch * n
     # one (channel, image) per iteration: it owns its ksize*ksize blocks of n columns, and
     # the index arithmetic (divisions) is paid once per block, not once per output row, which
-    # dominated on small maps (13x13: 10 ms for one 512-channel layer at batch 8)
-    for cb in prange(channels * batch):
+    # dominated on small maps (13x13: 10 ms for one 512-channel layer at batch 8); with few
+    # planes (a 3-channel input at batch 1: 3 iterations for 2 threads) one block per
+    # iteration instead, so that the threads share the work evenly
+    kk2 = ksize * ksize
+    parts = kk2 if channels * batch < FEW_PLANES else 1
+    for cbp in prange(channels * batch * parts):
+        cb = cbp // parts
         c_im = cb // batch
         b = cb % batch
         im_base = (b * channels + c_im) * height * width
-        for kk in range(ksize * ksize):
+        part = cbp % parts
+        for kk in range(part * kk2 // parts, (part + 1) * kk2 // parts):
             w_offset = kk % ksize
             h_offset = kk // ksize
             c = c_im * ksize * ksize + kk
@@ -74,9 +84,11 @@ def im2col_batch_cpu(data_im, batch, channels, height, width, ksize, stride, pad
                 for w in range(w_lo):
                     data_col[row + w] = 0.0
                 first = im_base + im_row * width + col0
-                if stride == 2:                      # a constant stride: loads vectorise
-                    for w in range(w_lo, w_hi):
-                        data_col[row + w] = data_im[first + 2 * w]
+                if stride == 2 and w_hi - w_lo >= 64:   # slices and a constant stride vectorise
+                    dst = data_col[row + w_lo:row + w_hi]
+                    src = data_im[first + 2 * w_lo:first + 2 * w_hi - 1]
+                    for w in range(w_hi - w_lo):
+                        dst[w] = src[2 * w]
                 elif w_hi - w_lo < 64 or stride != 1:
                     for w in range(w_lo, w_hi):
                         data_col[row + w] = data_im[first + w * stride]
