@@ -164,21 +164,33 @@ def shortcut_same_cpu(n, s1, x, s2, add, out):
 @njit(parallel=True, cache=True)
 def upsample_cpu(inp, w, h, c, batch, stride, forward, scale, out):
     """Nearest-neighbour upsample by `stride` (forward) or its adjoint, summing each
-    stride x stride block back into `inp` (forward == 0)."""
+    stride x stride block back into `inp` (forward == 0). One input row per step: its value
+    repeated `stride` times along each output row (the loads and index arithmetic paid once
+    per input value); the adjoint adds into each input value in Darknet's order (output rows
+    of the block in turn, left to right in each)."""
     sc = np.float32(scale)
     ow = w * stride
     oh = h * stride
     for bk in prange(batch * c):
-        in_base = bk * w * h
-        out_base = bk * ow * oh
-        for j in range(oh):
-            for i in range(ow):
-                in_index = in_base + (j // stride) * w + i // stride
-                out_index = out_base + j * ow + i
-                if forward:
-                    out[out_index] = sc * inp[in_index]
+        for r in range(h):
+            src = inp[(bk * h + r) * w:(bk * h + r + 1) * w]
+            for dj in range(stride):
+                o = (bk * oh + r * stride + dj) * ow
+                dst = out[o:o + ow]
+                if forward and stride == 2:          # a literal stride: the stores vectorise
+                    for i in range(w):
+                        v = sc * src[i]
+                        dst[2 * i] = v
+                        dst[2 * i + 1] = v
+                elif forward:
+                    for i in range(w):
+                        v = sc * src[i]
+                        for di in range(stride):
+                            dst[i * stride + di] = v
                 else:
-                    inp[in_index] += sc * out[out_index]
+                    for i in range(w):
+                        for di in range(stride):
+                            src[i] += sc * dst[i * stride + di]
 
 
 # -- backward: bias, scale and batch-norm gradients (Darknet's convolutional_layer.c and
