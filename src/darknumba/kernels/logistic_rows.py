@@ -24,17 +24,15 @@ LIMIT = 80.0                              # |x| beyond it goes through libm
 
 
 @njit(cache=True, inline="always")
-def _pow2(s):
-    """2^s for an integer |s| <= 62, exactly, without a table or a bit cast."""
-    a = np.float64(np.int64(1) << abs(s))
-    return a if s >= 0 else 1.0 / a
+def _pow2(k):
+    """2^k for an integer |k| <= 1022, exactly: the double with exponent field k + 1023."""
+    return np.int64((k + 1023) << 52).view(np.float64)
 
 
 @njit(cache=True, inline="always")
 def _exp_poly(z):
     """exp(z) for |z| <= LIMIT, relative error below 2^-49: z = k ln2 + r (Cody-Waite,
-    |r| <= ln2/2), exp(r) by its Taylor series to r^13 (remainder < 2^-57), times 2^k as two
-    exact powers of two."""
+    |r| <= ln2/2), exp(r) by its Taylor series to r^13 (remainder < 2^-57), times 2^k."""
     kf = np.floor(z * INV_LN2 + 0.5)
     r = (z - kf * LN2_HI) - kf * LN2_LO
     p = 1.0 / 6227020800.0
@@ -51,9 +49,7 @@ def _exp_poly(z):
     p = p * r + 0.5
     p = p * r + 1.0
     p = p * r + 1.0
-    k = np.int64(kf)
-    s1 = k >> 1
-    return p * _pow2(s1) * _pow2(k - s1)
+    return p * _pow2(np.int64(kf))
 
 
 @njit(cache=True, inline="always")
@@ -64,9 +60,10 @@ def _settled(v):
     return hi if lo == hi else f32(np.nan)
 
 
-# error_model="numpy": no ZeroDivisionError test on the divisions (none divides by zero), a
-# branch that would keep the loops scalar
-@njit(cache=True, error_model="numpy")
+# error_model="numpy": no ZeroDivisionError test on the division (1 + e > 0), a branch that
+# would keep the loops scalar; "contract": the polynomial's multiply-adds fused (only more
+# accurate; the libm fallbacks hold no multiply-add, so they round exactly as the C does)
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def logistic_row(src, dst):
     """dst[i] = (float)(1./(1. + exp(-(double)src[i]))), Darknet's logistic_activate."""
     n = src.size
@@ -83,7 +80,7 @@ def logistic_row(src, dst):
             dst[i] = f32(1.0 / (1.0 + math.exp(-np.float64(src[i]))))
 
 
-@njit(cache=True, error_model="numpy")
+@njit(cache=True, error_model="numpy", fastmath={"contract"})
 def logistic_f_row(src, dst):
     """dst[i] = 1.f / (1.f + expf(-src[i])), AlexeyAB's logistic_activate, expf being exp
     rounded to float."""
