@@ -47,3 +47,26 @@ def test_logistic_rows_match_libm_bit_for_bit(rng, row, ref):
     nan = np.isnan(x)
     assert np.isnan(got[nan]).all()
     np.testing.assert_array_equal(got[~nan].view(np.int32), want[~nan].view(np.int32))
+
+
+def near_midpoints(n_wanted=5):
+    """Floats x whose logistic in double lies within 2^-44 of a midpoint between two floats:
+    the values whose rows must take the libm path (in pjreddie's logistic)."""
+    start = np.array(-8.0, np.float32).view(np.int32)
+    x = np.arange(start, start + 4_000_000, dtype=np.int32).view(np.float32)
+    y = 1.0 / (1.0 + np.exp(-x.astype(np.float64)))
+    f = y.astype(np.float32).astype(np.float64)
+    step = np.spacing(y.astype(np.float32)).astype(np.float64)
+    mid = np.where(y > f, f + step / 2, f - step / 2)
+    return x[np.abs(y - mid) < y * 2.0 ** -44][:n_wanted]
+
+
+def test_values_near_a_rounding_midpoint_take_the_libm_path(rng):
+    hard = near_midpoints()
+    assert hard.size                                  # the search finds some
+    for row, ref in ((logistic_row, darknet_logistic), (logistic_f_row, alexeyab_logistic)):
+        x = rng.standard_normal(300).astype(np.float32)
+        x[::60] = hard
+        got = np.empty_like(x)
+        row(x, got)
+        np.testing.assert_array_equal(got.view(np.int32), ref(x).view(np.int32))
