@@ -9,7 +9,7 @@ from darknumba.kernels.blas import (add_bias, mean_cpu, normalize_cpu, scale_bia
 from darknumba.kernels.gemm import gemm, gemm_cpu
 from darknumba.kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from darknumba.kernels.pool import (backward_maxpool_cpu, forward_avgpool_cpu, forward_maxpool2_cpu,
-                                    forward_maxpool_cpu)
+                                    forward_maxpool2_same_cpu, forward_maxpool_cpu)
 from darknumba.kernels.softmax import softmax_cpu
 
 def rand(rng, *shape):
@@ -119,7 +119,8 @@ def test_maxpool_matches_numpy(rng, size, stride, pad, h, w):
 @pytest.mark.parametrize("stride,pad,h,w", [(2, 1, 8, 8), (2, 1, 7, 9), (1, 1, 13, 13),
                                              (1, 0, 6, 5), (2, 0, 5, 6), (2, 3, 7, 7), (1, 1, 1, 1),
                                              (1, 2, 9, 8), (2, 1, 4, 90), (2, 1, 40, 300),
-                                             (1, 1, 70, 70), (3, 1, 11, 12)])
+                                             (1, 1, 70, 70), (3, 1, 11, 12), (1, 1, 5, 1),
+                                             (1, 1, 1, 6), (1, 1, 2, 2)])
 def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
     """The size-2 kernel: values, winners' indexes and ties as the naive scan, also where
     windows hold NaN or -inf only (the output stays -FLT_MAX, the index -1), and on maps
@@ -141,6 +142,15 @@ def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
     fast = np.full(ref.size, np.nan, np.float32)
     forward_maxpool2_cpu(x, b, c, h, w, stride, pad, oh, ow, fast, idx, False)
     np.testing.assert_array_equal(fast, ref)
+    if stride == 1 and pad == 1:                   # the same-size kernel
+        out[:] = np.nan
+        idx[:] = 7
+        forward_maxpool2_same_cpu(x, b, c, h, w, out, idx, True)
+        np.testing.assert_array_equal(out, ref)
+        np.testing.assert_array_equal(idx, ref_idx)
+        fast[:] = np.nan
+        forward_maxpool2_same_cpu(x, b, c, h, w, fast, idx, False)
+        np.testing.assert_array_equal(fast, ref)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 6])

@@ -193,6 +193,30 @@ def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output,
 
 
 @njit(parallel=True, cache=True)
+def forward_maxpool2_same_cpu(inp, batch, c, h, w, output, indexes, want_indexes=True):
+    """forward_maxpool2_cpu for size 2, stride 1, padding 1 (the output as large as the input,
+    yolov3-tiny's layer 11), one plane per iteration. Output k (flat in its plane) is the
+    maximum of cells k, k+1, k+w, k+w+1: computed for the whole plane but its last row as one
+    long run (no per-row set-up: rows are 13 wide), then the outputs of the last column, whose
+    cells k+1, k+w+1 wrapped to the next row, and of the last row are redone over the cells
+    inside the image. Values, indexes and ties as forward_maxpool_cpu."""
+    hw = h * w
+    for p in prange(batch * c):
+        plane = p * hw
+        n = (h - 1) * w - 1                          # run outputs: all four cells in the plane
+        if n > 0:
+            _maxpool2_run(inp[plane:plane + n + 1], inp[plane + w:plane + w + n + 1],
+                          output[plane:plane + n], indexes[plane:plane + n], plane, w, 1, n,
+                          want_indexes)
+        for i in range(h):
+            for j in range(w - 1 if i < h - 1 else 0, w):
+                v, vi = _window_max(inp, plane, h, w, 2, i, j)
+                output[plane + i * w + j] = v
+                if want_indexes:
+                    indexes[plane + i * w + j] = vi
+
+
+@njit(parallel=True, cache=True)
 def forward_maxpool_depth_cpu(inp, batch, c, spatial, out_c, output, indexes):
     """AlexeyAB's maxpool_depth: output channel g of each pixel is the maximum of input channels
     g, g + out_c, g + 2*out_c, ... < c (first maximum wins; indexes as forward_maxpool_cpu)."""

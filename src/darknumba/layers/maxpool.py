@@ -6,7 +6,8 @@ over each window's cells inside the image."""
 import numpy as np
 
 from ..kernels.pool import (backward_local_avgpool_cpu, backward_maxpool_cpu,
-                            forward_local_avgpool_cpu, forward_maxpool2_cpu, forward_maxpool_cpu,
+                            forward_local_avgpool_cpu, forward_maxpool2_cpu,
+                            forward_maxpool2_same_cpu, forward_maxpool_cpu,
                             forward_maxpool_depth_cpu)
 from .antialias import Antialiased
 from .base import Layer, require_image_input
@@ -88,6 +89,10 @@ class MaxpoolLayer(Layer):
         if self.maxpool_depth:
             forward_maxpool_depth_cpu(net.input, self.batch, self.c, self.h * self.w,
                                       self.out_c, self.output, self.indexes)
+            return
+        if self.size == 2 and self.stride == 1 and self.pad == 1:
+            forward_maxpool2_same_cpu(net.input, self.batch, self.c, self.h, self.w, self.output,
+                                      self.indexes, net.train)
             return
         if self.size == 2:
             forward_maxpool2_cpu(net.input, self.batch, self.c, self.h, self.w, self.stride,
