@@ -9,7 +9,8 @@ from darknumba.kernels.blas import (add_bias, mean_cpu, normalize_cpu, scale_bia
 from darknumba.kernels.gemm import gemm, gemm_cpu
 from darknumba.kernels.im2col import col2im_batch_cpu, col2im_cpu, im2col_batch_cpu, im2col_cpu
 from darknumba.kernels.pool import (backward_maxpool_cpu, forward_avgpool_cpu, forward_maxpool2_cpu,
-                                    forward_maxpool2_same_cpu, forward_maxpool_cpu)
+                                    forward_maxpool2_same_cpu, forward_maxpool_cpu,
+                                    forward_maxpool_rows_cpu)
 from darknumba.kernels.softmax import softmax_cpu
 
 def rand(rng, *shape):
@@ -151,6 +152,34 @@ def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
         fast[:] = np.nan
         forward_maxpool2_same_cpu(x, b, c, h, w, fast, idx, False)
         np.testing.assert_array_equal(fast, ref)
+
+
+@pytest.mark.parametrize("size,stride,pad,h,w", [(5, 1, 4, 13, 13), (9, 1, 8, 13, 11), (13, 1, 12, 7, 9),
+                                                 (4, 2, 3, 9, 10), (3, 3, 0, 8, 7), (6, 2, 9, 5, 6),
+                                                 (5, 1, 4, 1, 1), (5, 1, 4, 80, 70)])
+def test_two_pass_maxpool_matches_numpy(rng, size, stride, pad, h, w):
+    """The rows-then-columns kernel (large windows): values, winners' indexes and ties as the
+    naive single scan, with NaN and -inf cells and windows holding nothing else."""
+    b, c = 2, 3
+    x = rng.integers(0, 3, b * c * h * w).astype(np.float32)       # many ties
+    x[rng.random(x.size) < 0.2] = np.nan
+    x[rng.random(x.size) < 0.1] = -np.inf
+    x[:h * w] = -np.inf                                           # a plane with no winner
+    ref, ref_idx = naive.maxpool_forward(x, b, c, h, w, size, stride, pad)
+    oh = (h + pad - size) // stride + 1
+    ow = (w + pad - size) // stride + 1
+    rows_max = np.full(b * c * h * ow, np.nan, np.float32)
+    rows_idx = np.full(rows_max.size, 5, np.int32)
+    out = np.full(ref.size, np.nan, np.float32)
+    idx = np.zeros(ref.size, np.int32)
+    forward_maxpool_rows_cpu(x, b, c, h, w, size, stride, pad, oh, ow, out, idx, rows_max,
+                             rows_idx, True)
+    np.testing.assert_array_equal(out, ref)
+    np.testing.assert_array_equal(idx, ref_idx)
+    fast = np.full(ref.size, np.nan, np.float32)
+    forward_maxpool_rows_cpu(x, b, c, h, w, size, stride, pad, oh, ow, fast, idx, rows_max,
+                             rows_idx, False)
+    np.testing.assert_array_equal(fast, ref)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 6])

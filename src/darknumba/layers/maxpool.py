@@ -8,13 +8,14 @@ import numpy as np
 from ..kernels.pool import (backward_local_avgpool_cpu, backward_maxpool_cpu,
                             forward_local_avgpool_cpu, forward_maxpool2_cpu,
                             forward_maxpool2_same_cpu, forward_maxpool_cpu,
-                            forward_maxpool_depth_cpu)
+                            forward_maxpool_depth_cpu, forward_maxpool_rows_cpu)
 from .antialias import Antialiased
 from .base import Layer, require_image_input
 from .convolutional import ConvolutionalLayer
 from .memory import SizeError, zeros
 
 INT32_MAX = 2 ** 31 - 1
+TWO_PASS_MIN = 3            # windows larger than this take the two-pass (rows, then columns) kernel
 
 
 def read_pool_keys(s, params):
@@ -55,6 +56,14 @@ class MaxpoolLayer(Layer):
                             f"than they can index")
         self._alloc_io()
         self.indexes = zeros(self.batch * self.outputs, "indexes", np.int32)
+        # forward_maxpool_rows_cpu's scratch: each input row's maxima over the window columns
+        rows = self.batch * self.c * self.h * self.out_w if self._two_pass() else 0
+        self.rows_max = zeros(rows, "maxpool row maxima")
+        self.rows_idx = zeros(rows, "maxpool row maxima", np.int32)
+
+    def _two_pass(self):
+        """Large windows (SPP's 5, 9, 13) take forward_maxpool_rows_cpu."""
+        return self.type == "maxpool" and not self.maxpool_depth and self.size > TWO_PASS_MIN
 
     @classmethod
     def from_cfg(cls, s, params):
@@ -93,6 +102,11 @@ class MaxpoolLayer(Layer):
         if self.size == 2 and self.stride == 1 and self.pad == 1:
             forward_maxpool2_same_cpu(net.input, self.batch, self.c, self.h, self.w, self.output,
                                       self.indexes, net.train)
+            return
+        if self._two_pass():
+            forward_maxpool_rows_cpu(net.input, self.batch, self.c, self.h, self.w, self.size,
+                                     self.stride, self.pad, self.out_h, self.out_w, self.output,
+                                     self.indexes, self.rows_max, self.rows_idx, net.train)
             return
         if self.size == 2:
             forward_maxpool2_cpu(net.input, self.batch, self.c, self.h, self.w, self.stride,
