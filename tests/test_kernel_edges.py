@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from darknumba.kernels.im2col import valid_span
-from darknumba.kernels.pool import forward_maxpool_cpu
+from darknumba.kernels.pool import forward_maxpool_cpu, forward_maxpool_rows_cpu
 
 f32 = np.float32
 
@@ -28,6 +28,12 @@ def test_maxpool_window_of_a_billion_is_a_plane_maximum():
     planes = x.reshape(b * c, h * w)
     want = np.repeat(planes.max(1), oh * ow)
     want_idx = np.repeat(planes.argmax(1) + np.arange(b * c) * h * w, oh * ow)
+    np.testing.assert_array_equal(out, want)
+    np.testing.assert_array_equal(idx, want_idx)
+    out[:] = 0                                                   # the two-pass kernel too
+    idx[:] = 0
+    forward_maxpool_rows_cpu(x, b, c, h, w, size, 1, pad, oh, ow, out, idx,
+                             np.zeros(b * c * h * ow, f32), np.zeros(b * c * h * ow, np.int32))
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(idx, want_idx)
 
