@@ -77,6 +77,7 @@ CASES["[activation] tanh"] = lambda p: _activation_layer(p, "tanh")
 for _name, _body in {"maxpool 2/2": "[maxpool]\nsize=2\nstride=2\n",
                      "maxpool 2/1": "[maxpool]\nsize=2\nstride=1\n",
                      "maxpool 3/2": "[maxpool]\nsize=3\nstride=2\n",
+                     "maxpool 5/1 (two passes)": "[maxpool]\nsize=5\nstride=1\n",
                      "avgpool": "[avgpool]\n",
                      "upsample 2": "[upsample]\nstride=2\n",
                      "upsample 3 scale": "[upsample]\nstride=3\nscale=0.5\n",
