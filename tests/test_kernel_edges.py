@@ -32,8 +32,8 @@ def test_maxpool_window_of_a_billion_is_a_plane_maximum():
     np.testing.assert_array_equal(idx, want_idx)
     out[:] = 0                                                   # the two-pass kernel too
     idx[:] = 0
-    forward_maxpool_rows_cpu(x, b, c, h, w, size, 1, pad, oh, ow, out, idx,
-                             np.zeros(b * c * h * ow, f32), np.zeros(b * c * h * ow, np.int32))
+    forward_maxpool_rows_cpu(x, b, c, h, w, size, 1, pad, oh, ow, out, idx, 2,
+                             np.zeros(2 * h * ow, f32), np.zeros(2 * h * ow, np.int32))
     np.testing.assert_array_equal(out, want)
     np.testing.assert_array_equal(idx, want_idx)
 

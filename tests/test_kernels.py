@@ -168,18 +168,19 @@ def test_two_pass_maxpool_matches_numpy(rng, size, stride, pad, h, w):
     ref, ref_idx = naive.maxpool_forward(x, b, c, h, w, size, stride, pad)
     oh = (h + pad - size) // stride + 1
     ow = (w + pad - size) // stride + 1
-    rows_max = np.full(b * c * h * ow, np.nan, np.float32)
-    rows_idx = np.full(rows_max.size, 5, np.int32)
-    out = np.full(ref.size, np.nan, np.float32)
-    idx = np.zeros(ref.size, np.int32)
-    forward_maxpool_rows_cpu(x, b, c, h, w, size, stride, pad, oh, ow, out, idx, rows_max,
-                             rows_idx, True)
-    np.testing.assert_array_equal(out, ref)
-    np.testing.assert_array_equal(idx, ref_idx)
-    fast = np.full(ref.size, np.nan, np.float32)
-    forward_maxpool_rows_cpu(x, b, c, h, w, size, stride, pad, oh, ow, fast, idx, rows_max,
-                             rows_idx, False)
-    np.testing.assert_array_equal(fast, ref)
+    for groups in (1, 4, b * c):                   # planes dealt to groups sharing scratch
+        rows_max = np.full(groups * h * ow, np.nan, np.float32)
+        rows_idx = np.full(rows_max.size, 5, np.int32)
+        out = np.full(ref.size, np.nan, np.float32)
+        idx = np.zeros(ref.size, np.int32)
+        forward_maxpool_rows_cpu(x, b, c, h, w, size, stride, pad, oh, ow, out, idx, groups,
+                                 rows_max, rows_idx, True)
+        np.testing.assert_array_equal(out, ref)
+        np.testing.assert_array_equal(idx, ref_idx)
+        fast = np.full(ref.size, np.nan, np.float32)
+        forward_maxpool_rows_cpu(x, b, c, h, w, size, stride, pad, oh, ow, fast, idx, groups,
+                                 rows_max, rows_idx, False)
+        np.testing.assert_array_equal(fast, ref)
 
 
 @pytest.mark.parametrize("parts", [1, 2, 6])

@@ -56,57 +56,67 @@ def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, ou
                         o[j] = max(o[j], src[j])
 
 
-@njit(parallel=True, cache=True)
-def forward_maxpool_rows_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output, indexes,
-                             rows_max, rows_idx, want_indexes=True):
-    """forward_maxpool_cpu in two passes, one plane per iteration, for large windows (SPP's
-    5, 9, 13): first every input row's maximum over each output column's window columns
-    (rows_max, rows_idx: h x out_w per plane, caller-owned scratch), then each output the
-    maximum of its window rows' results, size + size steps an output instead of size^2. Both
-    passes scan in Darknet's order with a strict `>` from -FLT_MAX, so the winner is the first
-    maximum in row-major order, as the single scan picks it: same values, indexes and ties."""
-    off = -(pad // 2)
-    for p in prange(batch * c):
-        plane = p * h * w
-        rm = rows_max[p * h * out_w:(p + 1) * h * out_w]
-        ri = rows_idx[p * h * out_w:(p + 1) * h * out_w]
-        rm[:] = -FLT_MAX
-        ri[:] = -1
-        for y in range(h):
-            row = plane + y * w
+@njit(cache=True, inline="always")
+def _maxpool_rows_plane(inp, p, h, w, size, stride, off, out_h, out_w, output, indexes, rm, ri,
+                        want_indexes):
+    """forward_maxpool_rows_cpu's two passes over plane p."""
+    plane = p * h * w
+    rm[:] = -FLT_MAX
+    ri[:] = -1
+    for y in range(h):
+        row = plane + y * w
+        r = rm[y * out_w:(y + 1) * out_w]
+        rix = ri[y * out_w:(y + 1) * out_w]
+        for m in range(max(0, -off - (out_w - 1) * stride), min(size, w - off)):
+            col0 = off + m                  # input column of output column 0
+            j_lo, j_hi = valid_span(col0, stride, out_w, w)
+            if j_hi <= j_lo:
+                continue
+            first = row + col0 + j_lo * stride
+            src = inp[first:first + (j_hi - j_lo - 1) * stride + 1:stride]
+            o = r[j_lo:j_hi]
+            ix = rix[j_lo:j_hi]
+            for j in range(j_hi - j_lo):
+                better = src[j] > o[j]
+                o[j] = src[j] if better else o[j]
+                ix[j] = np.int32(first + j * stride) if better else ix[j]
+    for i in range(out_h):
+        o = output[(p * out_h + i) * out_w:(p * out_h + i + 1) * out_w]
+        ix = indexes[(p * out_h + i) * out_w:(p * out_h + i + 1) * out_w]
+        o[:] = -FLT_MAX
+        if want_indexes:
+            ix[:] = -1
+        top = off + i * stride
+        for y in range(max(0, top), min(h, top + size)):
             r = rm[y * out_w:(y + 1) * out_w]
             rix = ri[y * out_w:(y + 1) * out_w]
-            for m in range(max(0, -off - (out_w - 1) * stride), min(size, w - off)):
-                col0 = off + m                      # input column of output column 0
-                j_lo, j_hi = valid_span(col0, stride, out_w, w)
-                if j_hi <= j_lo:
-                    continue
-                first = row + col0 + j_lo * stride
-                src = inp[first:first + (j_hi - j_lo - 1) * stride + 1:stride]
-                o = r[j_lo:j_hi]
-                ix = rix[j_lo:j_hi]
-                for j in range(j_hi - j_lo):
-                    better = src[j] > o[j]
-                    o[j] = src[j] if better else o[j]
-                    ix[j] = np.int32(first + j * stride) if better else ix[j]
-        for i in range(out_h):
-            o = output[(p * out_h + i) * out_w:(p * out_h + i + 1) * out_w]
-            ix = indexes[(p * out_h + i) * out_w:(p * out_h + i + 1) * out_w]
-            o[:] = -FLT_MAX
             if want_indexes:
-                ix[:] = -1
-            top = off + i * stride
-            for y in range(max(0, top), min(h, top + size)):
-                r = rm[y * out_w:(y + 1) * out_w]
-                rix = ri[y * out_w:(y + 1) * out_w]
-                if want_indexes:
-                    for j in range(out_w):
-                        better = r[j] > o[j]
-                        o[j] = r[j] if better else o[j]
-                        ix[j] = rix[j] if better else ix[j]
-                else:
-                    for j in range(out_w):
-                        o[j] = max(o[j], r[j])
+                for j in range(out_w):
+                    better = r[j] > o[j]
+                    o[j] = r[j] if better else o[j]
+                    ix[j] = rix[j] if better else ix[j]
+            else:
+                for j in range(out_w):
+                    o[j] = max(o[j], r[j])
+
+
+@njit(parallel=True, cache=True)
+def forward_maxpool_rows_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output, indexes,
+                             groups, rows_max, rows_idx, want_indexes=True):
+    """forward_maxpool_cpu in two passes for large windows (SPP's 5, 9, 13): first every input
+    row's maximum over each output column's window columns, then each output the maximum of
+    its window rows' results, size + size steps an output instead of size^2. Both passes scan
+    in Darknet's order with a strict `>` from -FLT_MAX, so the winner is the first maximum in
+    row-major order, as the single scan picks it: same values, indexes and ties. The planes
+    are dealt to `groups` parallel iterations, each with its h x out_w block of the
+    caller-owned scratch rows_max, rows_idx (groups * h * out_w)."""
+    off = -(pad // 2)
+    for g in prange(groups):
+        rm = rows_max[g * h * out_w:(g + 1) * h * out_w]
+        ri = rows_idx[g * h * out_w:(g + 1) * h * out_w]
+        for p in range(g, batch * c, groups):
+            _maxpool_rows_plane(inp, p, h, w, size, stride, off, out_h, out_w, output, indexes,
+                                rm, ri, want_indexes)
 
 
 @njit(parallel=True, cache=True)

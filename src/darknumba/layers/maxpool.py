@@ -16,6 +16,7 @@ from .memory import SizeError, zeros
 
 INT32_MAX = 2 ** 31 - 1
 TWO_PASS_MIN = 3            # windows larger than this take the two-pass (rows, then columns) kernel
+ROW_GROUPS = 64             # its parallel iterations (each with a plane of scratch)
 
 
 def read_pool_keys(s, params):
@@ -56,10 +57,10 @@ class MaxpoolLayer(Layer):
                             f"than they can index")
         self._alloc_io()
         self.indexes = zeros(self.batch * self.outputs, "indexes", np.int32)
-        # forward_maxpool_rows_cpu's scratch: each input row's maxima over the window columns
-        rows = self.batch * self.c * self.h * self.out_w if self._two_pass() else 0
-        self.rows_max = zeros(rows, "maxpool row maxima")
-        self.rows_idx = zeros(rows, "maxpool row maxima", np.int32)
+        # forward_maxpool_rows_cpu's scratch: a plane's row maxima for each group of planes
+        self.groups = min(self.batch * self.c, ROW_GROUPS) if self._two_pass() else 0
+        self.rows_max = zeros(self.groups * self.h * self.out_w, "maxpool row maxima")
+        self.rows_idx = zeros(self.groups * self.h * self.out_w, "maxpool row maxima", np.int32)
 
     def _two_pass(self):
         """Large windows (SPP's 5, 9, 13) take forward_maxpool_rows_cpu."""
@@ -106,7 +107,8 @@ class MaxpoolLayer(Layer):
         if self._two_pass():
             forward_maxpool_rows_cpu(net.input, self.batch, self.c, self.h, self.w, self.size,
                                      self.stride, self.pad, self.out_h, self.out_w, self.output,
-                                     self.indexes, self.rows_max, self.rows_idx, net.train)
+                                     self.indexes, self.groups, self.rows_max, self.rows_idx,
+                                     net.train)
             return
         if self.size == 2:
             forward_maxpool2_cpu(net.input, self.batch, self.c, self.h, self.w, self.stride,
