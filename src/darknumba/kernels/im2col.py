@@ -6,7 +6,6 @@ data_col: (channels*ksize*ksize) x ([batch x] height_col*width_col), row c = (c_
 import numpy as np
 from numba import njit, prange
 
-
 # im2col_batch_cpu splits each plane's blocks between iterations below this many planes
 FEW_PLANES = 16
 

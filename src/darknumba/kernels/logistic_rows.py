@@ -73,7 +73,7 @@ def logistic_row(src, dst):
         inside = (z >= -LIMIT) & (z <= LIMIT)          # False for NaN (no branches: vectorises)
         e = _exp_poly(z if inside else 0.0)
         y = _settled(1.0 / (1.0 + e))
-        bad += 1 - np.int64(inside & (y == y))
+        bad += 1 - np.int64(inside & np.isfinite(y))
         dst[i] = y
     if bad:
         for i in range(n):
@@ -91,7 +91,7 @@ def logistic_f_row(src, dst):
         z = -np.float64(src[i])
         inside = (z >= -LIMIT) & (z <= LIMIT)
         e = _settled(_exp_poly(z if inside else 0.0))
-        bad += 1 - np.int64(inside & (e == e))
+        bad += 1 - np.int64(inside & np.isfinite(e))
         dst[i] = one / (one + e)
     if bad:
         for i in range(n):

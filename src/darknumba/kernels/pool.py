@@ -186,22 +186,22 @@ def _maxpool2_run(top, bottom, o, ix, first, w, step, n, want_indexes):
             # max(a, b) is b if b > a else a: the same chain of selects, in scan order
             o[j] = max(max(max(max(-FLT_MAX, top[x]), top[x + 1]), bottom[x]), bottom[x + 1])
         return
-    for j in range(n):
+    for j in range(n):                              # the same chain, the winner's index beside
         x = j * step
         best = -FLT_MAX
         bi = np.int32(-1)
         v = top[x]
         bi = np.int32(first + x) if v > best else bi
-        best = v if v > best else best
+        best = max(best, v)
         v = top[x + 1]
         bi = np.int32(first + x + 1) if v > best else bi
-        best = v if v > best else best
+        best = max(best, v)
         v = bottom[x]
         bi = np.int32(first + w + x) if v > best else bi
-        best = v if v > best else best
+        best = max(best, v)
         v = bottom[x + 1]
         bi = np.int32(first + w + x + 1) if v > best else bi
-        best = v if v > best else best
+        best = max(best, v)
         o[j] = best
         ix[j] = bi
 
