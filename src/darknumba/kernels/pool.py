@@ -11,6 +11,7 @@ from .im2col import valid_span
 
 FLT_MAX = np.float32(3.4028234663852886e38)
 
+
 @njit(parallel=True, cache=True)
 def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, output, indexes,
                         want_indexes=True):
