@@ -50,8 +50,9 @@ def test_blocks_sum_the_convolution(rng, c, h, w, size, stride, pad, rows):
     rows = min(rows, oh)
     cols = np.full((2, k * rows * ow), np.nan, np.float32)
     out = np.full(b * n * oh * ow, np.nan, np.float32)
-    conv_blocks_cpu(x, b, c, h, w, size, stride, pad, wts, n, out, rows, cols,
-                    EMPTY, EMPTY, EMPTY, EMPTY, LINEAR)
+    with sgemm.single_threaded():
+        conv_blocks_cpu(x, b, c, h, w, size, stride, pad, wts, n, out, rows, cols,
+                        EMPTY, EMPTY, EMPTY, EMPTY, LINEAR)
     ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, size, stride, pad, 1).ravel()
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
@@ -69,8 +70,10 @@ def test_blocks_of_a_real_layer_equal_one_gemm_bit_for_bit(rng, stride):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * k).astype(np.float32)
     out = np.full(b * n * oh * ow, np.nan, np.float32)
-    conv_blocks_cpu(x, b, c, h, w, size, stride, pad, wts, n, out, rows,
-                    np.empty((2, k * rows * ow), np.float32), EMPTY, EMPTY, EMPTY, EMPTY, LINEAR)
+    with sgemm.single_threaded():
+        conv_blocks_cpu(x, b, c, h, w, size, stride, pad, wts, n, out, rows,
+                        np.empty((2, k * rows * ow), np.float32), EMPTY, EMPTY, EMPTY, EMPTY,
+                        LINEAR)
     for i in range(b):
         col = np.zeros(k * oh * ow, np.float32)
         naive.im2col_cpu(x[i * c * h * w:], c, h, w, size, stride, pad, col)
@@ -129,6 +132,7 @@ def test_layers_by_blocks_equal_im2col_and_gemm(rng, monkeypatch, tmp_path, bn, 
     x = rng.uniform(0, 1, (batch, 3, 17, 23)).astype(np.float32)
     truth = rng.uniform(0, 1, (batch, 4 * 9 * 12)).astype(np.float32)      # after stride 2
     runs = []
+    threads = sgemm._threads[1]()
     for blocks in (True, False):
         monkeypatch.setattr(sgemm, "_found", blocks)
         net = dn.parse_network_cfg(str(cfg), seed=5)
@@ -138,6 +142,7 @@ def test_layers_by_blocks_equal_im2col_and_gemm(rng, monkeypatch, tmp_path, bn, 
         cost = net.train_datum(x, truth)
         state = [(l.output.copy(), l.delta.copy(), l.weights.copy()) for l in net.layers[:3]]
         runs.append((pred, outs, cost, state))
+        assert sgemm._threads[1]() == threads          # OpenBLAS's thread count is given back
     (pred_b, outs_b, cost_b, state_b), (pred_g, outs_g, cost_g, state_g) = runs
     def same(u, v):
         np.testing.assert_allclose(u, v, rtol=1e-5, atol=1e-6 * max(1.0, np.abs(v).max()))

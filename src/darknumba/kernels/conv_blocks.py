@@ -20,7 +20,7 @@ from numba import njit, prange
 from .activations import activate_row
 from .fused import add_bias_row, normalize_scale_bias_row
 from .im2col import valid_span
-from .sgemm import NO_TRANS, ROW_MAJOR, set_threads_local, sgemm
+from .sgemm import NO_TRANS, ROW_MAJOR, sgemm
 
 
 @njit(cache=True)
@@ -65,7 +65,8 @@ def conv_blocks_cpu(x, batch, c, h, w, size, stride, pad, weights, n, out, rows_
     `biases` non-empty each block's rows then get act(((v - bn_mean) / bn_divisor) * scales +
     biases) (batch norm: bn_mean non-empty) or act(v + biases), the operations of
     batchnorm_bias_activate / bias_activate in their order. cols: threads x (k * block
-    columns) floats; the caller has checked every size (no bounds checks here)."""
+    columns) floats; the caller has checked every size (no bounds checks here) and set OpenBLAS
+    to one thread (sgemm.single_threaded)."""
     out_h = (h + 2 * pad - size) // stride + 1
     out_w = (w + 2 * pad - size) // stride + 1
     k = c * size * size
@@ -77,7 +78,6 @@ def conv_blocks_cpu(x, batch, c, h, w, size, stride, pad, weights, n, out, rows_
     bn = bn_mean.size > 0
     for t in prange(threads):
         col = cols[t]
-        before = set_threads_local(1)
         for blk in range(t, blocks, threads):
             b = blk // per_image
             y0 = (blk % per_image) * rows_per_block
@@ -97,4 +97,3 @@ def conv_blocks_cpu(x, batch, c, h, w, size, stride, pad, weights, n, out, rows_
                     else:
                         add_bias_row(row, biases[f])
                     activate_row(row, act)
-        set_threads_local(before)

@@ -3,20 +3,22 @@ single-threaded GEMM on a block that is still in their cache (kernels/conv_block
 of one multi-threaded GEMM over a matrix built in memory by a separate sweep.
 
 The library is the OpenBLAS numpy itself loaded (its ILP64 interface: 64-bit integers,
-``scipy_cblas_sgemm64_`` in numpy 2's wheels, ``cblas_sgemm64_`` in older ones). Its
-``openblas_set_num_threads_local`` (OpenBLAS >= 0.3.27) sets the calling thread's count: one
-inside a kernel's thread, so two concurrent calls do not both wake OpenBLAS's pool. Both
-symbols are given to LLVM by name (`llvmlite.binding.add_symbol`), so kernels that call them
-are cached like any other (the address is looked up again in each process).
+``scipy_cblas_sgemm64_`` in numpy 2's wheels, ``cblas_sgemm64_`` in older ones). The symbol is
+given to LLVM by name (`llvmlite.binding.add_symbol`), so kernels that call it are cached like
+any other (the address is looked up again in each process). While such a kernel runs, OpenBLAS
+is set to one thread (`single_threaded`): each call then runs in the thread that makes it
+instead of handing work to OpenBLAS's pool. (Its ``openblas_set_num_threads_local`` would not
+do: in the pthreads build numpy ships it sets the process-wide count, measured here, and two
+threads restoring it race.)
 
-`available()` says whether both were found; without them the layers keep im2col + numpy's
-GEMM. Arguments that are pointers are passed as 64-bit integers (``array.ctypes.data``), which
+`available()` says whether it was found; without it the layers keep im2col + numpy's GEMM. Arguments that are pointers are passed as 64-bit integers (``array.ctypes.data``), which
 the x86-64 and AArch64 calling conventions pass exactly as pointers.
 """
 from __future__ import annotations
 
 import ctypes
 import os
+from contextlib import contextmanager
 
 import numpy as np
 from numba import types
@@ -26,8 +28,10 @@ from ..thread_policy import loaded_libraries
 ROW_MAJOR, NO_TRANS, TRANS = 101, 111, 112
 
 _SGEMM_NAMES = ("scipy_cblas_sgemm64_", "cblas_sgemm64_")
-_LOCAL_THREADS_NAMES = ("openblas_set_num_threads_local", "scipy_openblas_set_num_threads_local64_")
+_SET_THREADS_NAMES = ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_")
+_GET_THREADS_NAMES = ("scipy_openblas_get_num_threads64_", "openblas_get_num_threads64_")
 _found = None
+_threads = None         # (set, get) of the library's thread count
 
 _i32, _i64, _f32 = types.int32, types.int64, types.float32
 # cblas_sgemm(order, transA, transB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)
@@ -35,8 +39,6 @@ sgemm = types.ExternalFunction(
     "darknumba_sgemm",
     types.void(_i32, _i32, _i32, _i64, _i64, _i64, _f32, _i64, _i64, _i64, _i64, _f32, _i64,
                _i64))
-# openblas_set_num_threads_local(n) -> the calling thread's previous count
-set_threads_local = types.ExternalFunction("darknumba_blas_threads_local", _i32(_i32))
 
 
 def _numpy_openblas_paths():
@@ -47,9 +49,9 @@ def _numpy_openblas_paths():
 
 
 def available() -> bool:
-    """True when an OpenBLAS with an ILP64 cblas_sgemm and per-thread thread counts is loaded
-    (numpy's); registers both with LLVM the first time."""
-    global _found
+    """True when an OpenBLAS with an ILP64 cblas_sgemm and a settable thread count is loaded
+    (numpy's); registers the sgemm with LLVM the first time."""
+    global _found, _threads
     if _found is None:
         _found = False
         if os.environ.get("DARKNUMBA_NO_BLOCKED_GEMM"):
@@ -60,14 +62,26 @@ def available() -> bool:
                 lib = ctypes.CDLL(path)
             except OSError:
                 continue
-            gemm = next((getattr(lib, n) for n in _SGEMM_NAMES if hasattr(lib, n)), None)
-            local = next((getattr(lib, n) for n in _LOCAL_THREADS_NAMES if hasattr(lib, n)),
-                         None)
-            if gemm is None or local is None:
+            gemm, set_n, get_n = (next((getattr(lib, n) for n in names if hasattr(lib, n)), None)
+                                  for names in (_SGEMM_NAMES, _SET_THREADS_NAMES,
+                                                _GET_THREADS_NAMES))
+            if gemm is None or set_n is None or get_n is None:
                 continue
             ll.add_symbol("darknumba_sgemm", ctypes.cast(gemm, ctypes.c_void_p).value)
-            ll.add_symbol("darknumba_blas_threads_local",
-                          ctypes.cast(local, ctypes.c_void_p).value)
+            set_n.argtypes, get_n.restype = [ctypes.c_int], ctypes.c_int
+            _threads = (set_n, get_n)
             _found = True
             break
     return _found
+
+
+@contextmanager
+def single_threaded():
+    """OpenBLAS on one thread for the duration (see the module); its count is restored after."""
+    set_n, get_n = _threads
+    before = get_n()
+    set_n(1)
+    try:
+        yield
+    finally:
+        set_n(before)

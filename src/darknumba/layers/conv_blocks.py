@@ -63,14 +63,16 @@ def forward_blocks(l, net):
         raise ValueError(f"convolutional layer: buffers smaller than its sizes "
                          f"({l.batch} x {l.c}x{l.h}x{l.w} -> {l.n}x{l.out_h}x{l.out_w})")
     if net.train:
-        conv_blocks_cpu(x, l.batch, l.c, l.h, l.w, l.size, l.stride, l.pad, l.weights, l.n,
-                        l.output, rows, cols, _NONE, _NONE, _NONE, _NONE, LINEAR)
+        with sgemm.single_threaded():
+            conv_blocks_cpu(x, l.batch, l.c, l.h, l.w, l.size, l.stride, l.pad, l.weights, l.n,
+                            l.output, rows, cols, _NONE, _NONE, _NONE, _NONE, LINEAR)
         return
     act = epilogue_activation(l, False)
     if l.batch_normalize:
         bn = (l.rolling_mean, bn_divisor(l, l.rolling_variance), l.scales)
     else:
         bn = (_NONE, _NONE, _NONE)
-    conv_blocks_cpu(x, l.batch, l.c, l.h, l.w, l.size, l.stride, l.pad, l.weights, l.n,
-                    l.output, rows, cols, *bn, l.biases, act)
+    with sgemm.single_threaded():
+        conv_blocks_cpu(x, l.batch, l.c, l.h, l.w, l.size, l.stride, l.pad, l.weights, l.n,
+                        l.output, rows, cols, *bn, l.biases, act)
     activate_output(l, False, act)
