@@ -18,7 +18,8 @@ EMPTY = np.empty(0, np.float32)
 
 # (c, h, w, size, stride, pad)
 SHAPES = [(3, 9, 7, 3, 1, 1), (2, 8, 11, 3, 2, 1), (4, 7, 6, 1, 2, 0), (3, 10, 9, 5, 1, 2),
-          (1, 6, 6, 3, 3, 0), (2, 5, 13, 3, 2, 0), (3, 4, 4, 3, 1, 2), (2, 12, 70, 3, 1, 1)]
+          (1, 6, 6, 3, 3, 0), (2, 5, 13, 3, 2, 0), (3, 4, 4, 3, 1, 2), (2, 12, 70, 3, 1, 1),
+          (5, 8, 9, 1, 1, 0)]
 
 
 def out_size(n, size, stride, pad):
@@ -57,12 +58,12 @@ def test_blocks_sum_the_convolution(rng, c, h, w, size, stride, pad, rows):
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("stride", [1, 2])
-def test_blocks_of_a_real_layer_equal_one_gemm_bit_for_bit(rng, stride):
+@pytest.mark.parametrize("size,stride,pad", [(3, 1, 1), (3, 2, 1), (1, 1, 0)])
+def test_blocks_of_a_real_layer_equal_one_gemm_bit_for_bit(rng, size, stride, pad):
     """A layer of the size the blocks are used for (not OpenBLAS's small-matrix kernels): the
     blocks' sums are one GEMM's, bit for bit."""
     from types import SimpleNamespace
-    b, c, h, w, n, size, pad = 2, 16, 96, 90, 32, 3, 1
+    b, c, h, w, n = 2, 16 if size > 1 else 64, 96, 90, 32
     oh, ow = out_size(h, size, stride, pad), out_size(w, size, stride, pad)
     k = c * size * size
     rows = conv_blocks.rows_per_block(SimpleNamespace(size=size, c=c, n=n, out_h=oh, out_w=ow))
@@ -105,11 +106,18 @@ stride=1
 pad=1
 activation={act}
 [convolutional]
-filters=4
+filters=5
 size=5
 stride=1
 pad=2
 activation=linear
+[convolutional]
+batch_normalize=1
+filters=4
+size=1
+stride=1
+pad=0
+activation=leaky
 [cost]
 type=sse
 """
@@ -137,10 +145,11 @@ def test_layers_by_blocks_equal_im2col_and_gemm(rng, monkeypatch, tmp_path, bn, 
         monkeypatch.setattr(sgemm, "_found", blocks)
         net = dn.parse_network_cfg(str(cfg), seed=5)
         assert conv_blocks.use_blocks(net.layers[1], per_image=True) == blocks
+        assert conv_blocks.use_blocks(net.layers[3], per_image=True) == blocks      # 1x1
         pred = net.predict(x).copy()
-        outs = [l.output.copy() for l in net.layers[:3]]
+        outs = [l.output.copy() for l in net.layers[:4]]
         cost = net.train_datum(x, truth)
-        state = [(l.output.copy(), l.delta.copy(), l.weights.copy()) for l in net.layers[:3]]
+        state = [(l.output.copy(), l.delta.copy(), l.weights.copy()) for l in net.layers[:4]]
         runs.append((pred, outs, cost, state))
         assert sgemm._threads[1]() == threads          # OpenBLAS's thread count is given back
     (pred_b, outs_b, cost_b, state_b), (pred_g, outs_g, cost_g, state_g) = runs

@@ -65,7 +65,8 @@ def conv_blocks_cpu(x, batch, c, h, w, size, stride, pad, weights, n, out, rows_
     `biases` non-empty each block's rows then get act(((v - bn_mean) / bn_divisor) * scales +
     biases) (batch norm: bn_mean non-empty) or act(v + biases), the operations of
     batchnorm_bias_activate / bias_activate in their order. cols: threads x (k * block
-    columns) floats; the caller has checked every size (no bounds checks here) and set OpenBLAS
+    columns) floats, unused by a 1x1 stride-1 convolution (its columns are the input's rows);
+    the caller has checked every size (no bounds checks here) and set OpenBLAS
     to one thread (sgemm.single_threaded)."""
     out_h = (h + 2 * pad - size) // stride + 1
     out_w = (w + 2 * pad - size) // stride + 1
@@ -76,6 +77,7 @@ def conv_blocks_cpu(x, batch, c, h, w, size, stride, pad, weights, n, out, rows_
     threads = cols.shape[0]
     epilogue = biases.size > 0
     bn = bn_mean.size > 0
+    pointwise = size == 1 and stride == 1 and pad == 0
     for t in prange(threads):
         col = cols[t]
         for blk in range(t, blocks, threads):
@@ -83,11 +85,16 @@ def conv_blocks_cpu(x, batch, c, h, w, size, stride, pad, weights, n, out, rows_
             y0 = (blk % per_image) * rows_per_block
             y1 = min(out_h, y0 + rows_per_block)
             cn = (y1 - y0) * out_w
-            im2col_rows(x, b * c * h * w, c, h, w, size, stride, pad, out_w, y0, y1, col)
             first = b * n * spatial + y0 * out_w
-            sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, n, cn, k, np.float32(1.0),
-                  weights.ctypes.data, k, col.ctypes.data, cn, np.float32(0.0),
-                  out.ctypes.data + 4 * first, spatial)
+            if pointwise:       # the input rows are the columns: c x cn, rows h*w apart
+                sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, n, cn, k, np.float32(1.0),
+                      weights.ctypes.data, k, x.ctypes.data + 4 * (b * c * h * w + y0 * w),
+                      h * w, np.float32(0.0), out.ctypes.data + 4 * first, spatial)
+            else:
+                im2col_rows(x, b * c * h * w, c, h, w, size, stride, pad, out_w, y0, y1, col)
+                sgemm(ROW_MAJOR, NO_TRANS, NO_TRANS, n, cn, k, np.float32(1.0),
+                      weights.ctypes.data, k, col.ctypes.data, cn, np.float32(0.0),
+                      out.ctypes.data + 4 * first, spatial)
             if epilogue:
                 for f in range(n):
                     row = out[first + f * spatial:first + f * spatial + cn]

@@ -44,6 +44,8 @@ def rows_per_block(l) -> int:
 def use_blocks(l, per_image: bool) -> bool:
     """For convolutions im2col + GEMM would compute one image at a time (`per_image`): plain
     ones (no groups, dilation or asymmetric stride), with the sgemm the kernel calls."""
+    if l.size == 1 and (l.stride > 1 or l.pad) and l.quirks.strided_1x1_misread:
+        return False                # Darknet's misread pixels: the layer's own 1x1 path
     return (per_image and l.groups == 1 and not l.ext and l.share_layer is None
             and l.out_h * l.out_w >= BLOCKS_MIN_SPATIAL and sgemm.available())
 
@@ -55,7 +57,9 @@ def forward_blocks(l, net):
     threads = numba.get_num_threads()
     rows = rows_per_block(l)
     k = l.size * l.size * l.c
-    cols = scratch_of(net)("conv_blocks", threads * k * rows * l.out_w).reshape(threads, -1)
+    pointwise = l.size == 1 and l.stride == 1 and l.pad == 0
+    cols = scratch_of(net)("conv_blocks", 0 if pointwise else threads * k * rows * l.out_w)
+    cols = cols.reshape(threads, -1)
     spatial = l.out_h * l.out_w
     x = net.input
     if (x.size < l.batch * l.inputs or l.weights.size < l.n * k

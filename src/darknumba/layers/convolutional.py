@@ -174,7 +174,7 @@ class ConvolutionalLayer(Layer):
             return
         if self.batch > 1 and self._batched(n):
             self._forward_gemms_batched(net, m, k, n)
-        elif not self._direct_1x1() and use_blocks(self, per_image=True):
+        elif use_blocks(self, per_image=True):
             forward_blocks(self, net)
             if not net.train:           # the epilogue was applied block by block
                 return
