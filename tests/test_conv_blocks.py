@@ -8,7 +8,8 @@ import pytest
 
 from darknumba.kernels import sgemm
 from darknumba.kernels.activations import LINEAR
-from darknumba.kernels.conv_blocks import conv_blocks_cpu, im2col_rows
+from darknumba.kernels.conv_blocks import (col2im_rows, conv_blocks_backward_cpu, conv_blocks_cpu,
+                                           im2col_rows)
 from darknumba.layers import conv_blocks
 
 pytestmark = pytest.mark.skipif(not sgemm.available(),
@@ -41,6 +42,55 @@ def test_im2col_rows_are_the_rows_of_im2col(rng, c, h, w, size, stride, pad):
 
 
 @pytest.mark.parametrize("c,h,w,size,stride,pad", SHAPES)
+def test_col2im_rows_adds_back_what_col2im_does(rng, c, h, w, size, stride, pad):
+    oh, ow = out_size(h, size, stride, pad), out_size(w, size, stride, pad)
+    k = c * size * size
+    col = rng.standard_normal(k * oh * ow).astype(np.float32)
+    ref = np.zeros(c * h * w, np.float32)
+    naive.col2im_cpu(col, c, h, w, size, stride, pad, ref)
+    got = np.zeros(2 * c * h * w, np.float32)
+    blocks = col.reshape(k, oh, ow)
+    for y0 in range(0, oh, 2):                       # row blocks of two, added one after another
+        y1 = min(oh, y0 + 2)
+        part = np.ascontiguousarray(blocks[:, y0:y1]).ravel()
+        col2im_rows(part, c, h, w, size, stride, pad, ow, y0, y1, got, c * h * w)
+    assert not got[:c * h * w].any()
+    np.testing.assert_allclose(got[c * h * w:], ref, rtol=1e-6, atol=1e-6)
+
+
+def backward_cases():
+    """SHAPES with block heights and batches the layers would take backward (two threads'
+    runs of at least two blocks, blocks overlapping only their neighbours)."""
+    for c, h, w, size, stride, pad in SHAPES:
+        oh = out_size(h, size, stride, pad)
+        for rows, batch in [(2, 3), (3, 1), (1000, 4)]:
+            rows = min(rows, oh)
+            if (rows + 1) * stride >= size and batch * -(-oh // rows) >= 4:
+                yield c, h, w, size, stride, pad, rows, batch
+
+
+@pytest.mark.parametrize("c,h,w,size,stride,pad,rows,batch", list(backward_cases()))
+def test_blocks_backward_matches_naive_gradients(rng, c, h, w, size, stride, pad, rows, batch):
+    n = 5
+    oh, ow = out_size(h, size, stride, pad), out_size(w, size, stride, pad)
+    k = c * size * size
+    x = rng.standard_normal(batch * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * k).astype(np.float32)
+    delta = rng.standard_normal(batch * n * oh * ow).astype(np.float32)
+    dw_ref, dx_ref = naive.conv_backward(x, wts, delta, batch, c, h, w, n, size, stride, pad, 1)
+    cols = np.full((2, k * rows * ow), np.nan, np.float32)
+    grads = np.full((2, k * rows * ow), np.nan, np.float32)
+    parts = np.full((2, k, n), np.nan, np.float32)
+    dx = np.ones(x.size, np.float32)                                   # adds, as col2im
+    with sgemm.single_threaded():
+        conv_blocks_backward_cpu(x, batch, c, h, w, size, stride, pad, wts, n, delta, rows,
+                                 cols, grads, parts, dx)
+    dw = parts.sum(axis=0).T.ravel()
+    np.testing.assert_allclose(dw, dw_ref, rtol=1e-4, atol=1e-5 * np.abs(dw_ref).max())
+    np.testing.assert_allclose(dx - 1, dx_ref, rtol=1e-4, atol=1e-5 * np.abs(dx_ref).max())
+
+
+@pytest.mark.parametrize("c,h,w,size,stride,pad", SHAPES)
 @pytest.mark.parametrize("rows", [1, 2, 1000])
 def test_blocks_sum_the_convolution(rng, c, h, w, size, stride, pad, rows):
     b, n = 2, 5
@@ -66,7 +116,8 @@ def test_blocks_of_a_real_layer_equal_one_gemm_bit_for_bit(rng, size, stride, pa
     b, c, h, w, n = 2, 16 if size > 1 else 64, 96, 90, 32
     oh, ow = out_size(h, size, stride, pad), out_size(w, size, stride, pad)
     k = c * size * size
-    rows = conv_blocks.rows_per_block(SimpleNamespace(size=size, c=c, n=n, out_h=oh, out_w=ow))
+    rows = conv_blocks.rows_per_block(SimpleNamespace(size=size, stride=stride, c=c, n=n, out_h=oh,
+                                                      out_w=ow))
     assert 1 < rows < oh and n * k * rows * ow > conv_blocks.SMALL_GEMM
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * k).astype(np.float32)
@@ -134,7 +185,8 @@ def test_layers_by_blocks_equal_im2col_and_gemm(rng, monkeypatch, tmp_path, bn, 
     cfg = tmp_path / "n.cfg"
     cfg.write_text(CFG.format(bn=bn, act=act, batch=batch))
     monkeypatch.setattr(conv_blocks, "BLOCKS_MIN_SPATIAL", 0)
-    monkeypatch.setattr(conv_blocks, "BLOCK_FLOATS", 200)
+    monkeypatch.setattr(conv_blocks, "BLOCK_FLOATS", 1500)      # 2-4 rows a block
+    monkeypatch.setattr(conv_blocks, "SMALL_GEMM", 0)
     monkeypatch.setattr(convolutional, "DIRECT_MAX_K", 0)      # no direct 3x3 kernel here
     monkeypatch.setattr(convolutional, "BATCH_GEMM_MAX_N", 0)  # one GEMM per image otherwise
     x = rng.uniform(0, 1, (batch, 3, 17, 23)).astype(np.float32)
@@ -145,6 +197,7 @@ def test_layers_by_blocks_equal_im2col_and_gemm(rng, monkeypatch, tmp_path, bn, 
         monkeypatch.setattr(sgemm, "_found", blocks)
         net = dn.parse_network_cfg(str(cfg), seed=5)
         assert conv_blocks.use_blocks(net.layers[1], per_image=True) == blocks
+        assert conv_blocks.use_blocks_backward(net.layers[1], per_image=True) == blocks
         assert conv_blocks.use_blocks(net.layers[3], per_image=True) == blocks      # 1x1
         pred = net.predict(x).copy()
         outs = [l.output.copy() for l in net.layers[:4]]

@@ -20,7 +20,7 @@ from numba import njit, prange
 from .activations import activate_row
 from .fused import add_bias_row, normalize_scale_bias_row
 from .im2col import valid_span
-from .sgemm import NO_TRANS, ROW_MAJOR, sgemm
+from .sgemm import NO_TRANS, ROW_MAJOR, TRANS, sgemm
 
 
 @njit(cache=True)
@@ -104,3 +104,84 @@ def conv_blocks_cpu(x, batch, c, h, w, size, stride, pad, weights, n, out, rows_
                     else:
                         add_bias_row(row, biases[f])
                     activate_row(row, act)
+
+
+@njit(cache=True)
+def col2im_rows(col, c, h, w, size, stride, pad, out_w, y0, y1, x, base):
+    """Adds the column matrix of output rows y0..y1-1 (as im2col_rows lays it out) back into
+    the pixels of the image at x[base:] they were taken from (col2im of a row range)."""
+    cn = (y1 - y0) * out_w
+    for ch in range(c):
+        plane = base + ch * h * w
+        for ky in range(size):
+            for kx in range(size):
+                r = ((ch * size + ky) * size + kx) * cn
+                col0 = kx - pad
+                lo, hi = valid_span(col0, stride, out_w, w)
+                if hi <= lo:
+                    continue
+                for y in range(y0, y1):
+                    iy = y * stride - pad + ky
+                    if iy < 0 or iy >= h:
+                        continue
+                    src = r + (y - y0) * out_w
+                    dst = plane + iy * w + col0
+                    if stride == 1:
+                        for j in range(lo, hi):
+                            x[dst + j] += col[src + j]
+                    else:
+                        for j in range(lo, hi):
+                            x[dst + j * stride] += col[src + j]
+
+
+@njit(cache=True)
+def _backward_block(x, blk, per_image, c, h, w, size, stride, pad, weights, n, delta,
+                    rows_per_block, out_h, out_w, col, colgrad, dw_t, dx):
+    """One block's share of the backward (see conv_blocks_backward_cpu)."""
+    k = c * size * size
+    spatial = out_h * out_w
+    b = blk // per_image
+    y0 = (blk % per_image) * rows_per_block
+    y1 = min(out_h, y0 + rows_per_block)
+    cn = (y1 - y0) * out_w
+    im2col_rows(x, b * c * h * w, c, h, w, size, stride, pad, out_w, y0, y1, col)
+    d = delta.ctypes.data + 4 * (b * n * spatial + y0 * out_w)       # n x cn, rows spatial apart
+    # dw_t (k x n) += col (k x cn) @ delta_block^T
+    sgemm(ROW_MAJOR, NO_TRANS, TRANS, k, n, cn, np.float32(1.0), col.ctypes.data, cn, d, spatial,
+          np.float32(1.0), dw_t.ctypes.data, n)
+    if dx.size > 0:
+        # the block's column gradient (k x cn) = weights^T @ delta_block, added back into dx
+        sgemm(ROW_MAJOR, TRANS, NO_TRANS, k, cn, n, np.float32(1.0), weights.ctypes.data, k, d,
+              spatial, np.float32(0.0), colgrad.ctypes.data, cn)
+        col2im_rows(colgrad, c, h, w, size, stride, pad, out_w, y0, y1, dx, b * c * h * w)
+
+
+@njit(parallel=True, cache=True)
+def conv_blocks_backward_cpu(x, batch, c, h, w, size, stride, pad, weights, n, delta,
+                             rows_per_block, cols, colgrads, dw_parts, dx):
+    """The convolution's gradients by blocks of output rows: dw_parts[t] (k x n, zeroed here)
+    += each block's columns times its delta rows (thread t's blocks); with dx non-empty, the
+    input gradient W^T @ delta of each block added into dx through col2im_rows.
+
+    Each thread takes a run of consecutive blocks. The input rows a block's gradient touches
+    overlap only its neighbours' (the caller ensures (rows_per_block + 1) * stride >= size), so
+    the threads first do all but the last block of their runs, then, after the others are
+    done, their last blocks, which are at least one block apart."""
+    out_h = (h + 2 * pad - size) // stride + 1
+    out_w = (w + 2 * pad - size) // stride + 1
+    per_image = (out_h + rows_per_block - 1) // rows_per_block
+    blocks = batch * per_image
+    threads = cols.shape[0]
+    for t in prange(threads):
+        dw_parts[t] = 0.0
+        lo = blocks * t // threads
+        hi = blocks * (t + 1) // threads
+        for blk in range(lo, hi - 1):
+            _backward_block(x, blk, per_image, c, h, w, size, stride, pad, weights, n, delta,
+                            rows_per_block, out_h, out_w, cols[t], colgrads[t], dw_parts[t], dx)
+    for t in prange(threads):
+        lo = blocks * t // threads
+        hi = blocks * (t + 1) // threads
+        if hi > lo:
+            _backward_block(x, hi - 1, per_image, c, h, w, size, stride, pad, weights, n, delta,
+                            rows_per_block, out_h, out_w, cols[t], colgrads[t], dw_parts[t], dx)

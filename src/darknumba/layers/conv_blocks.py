@@ -12,7 +12,8 @@ import numpy as np
 
 from ..kernels import sgemm
 from ..kernels.activations import LINEAR
-from ..kernels.conv_blocks import conv_blocks_cpu
+from ..kernels.conv_blocks import conv_blocks_backward_cpu, conv_blocks_cpu
+from ..kernels.gemm import add_transposed
 from .activate import activate_output, epilogue_activation
 from .base import scratch_of
 from .batchnorm import bn_divisor
@@ -33,11 +34,12 @@ SMALL_GEMM = 100 ** 3
 
 
 def rows_per_block(l) -> int:
-    """Output rows per block: a column block of about BLOCK_FLOATS, and a GEMM larger than
-    SMALL_GEMM multiply-adds."""
+    """Output rows per block: a column block of about BLOCK_FLOATS, a GEMM larger than
+    SMALL_GEMM multiply-adds, and blocks whose input rows overlap only their neighbours'."""
     k = l.size * l.size * l.c
     rows = max(1, BLOCK_FLOATS // (k * l.out_w))
-    rows = max(rows, -(-(SMALL_GEMM + 1) // (l.n * k * l.out_w)))
+    rows = max(rows, -(-(SMALL_GEMM + 1) // (l.n * k * l.out_w)),
+               -(-l.size // l.stride) - 1)          # the backward's condition (see there)
     return min(l.out_h, rows)
 
 
@@ -80,3 +82,37 @@ def forward_blocks(l, net):
         conv_blocks_cpu(x, l.batch, l.c, l.h, l.w, l.size, l.stride, l.pad, l.weights, l.n,
                         l.output, rows, cols, *bn, l.biases, act)
     activate_output(l, False, act)
+
+
+def use_blocks_backward(l, per_image: bool) -> bool:
+    """The backward by blocks (kernels/conv_blocks.conv_blocks_backward_cpu) where the forward
+    takes them, but for 1x1 stride-1 layers (their columns are the input: no col2im to keep
+    in cache) and where blocks are too few or short for the threads to keep apart."""
+    if not use_blocks(l, per_image) or (l.size == 1 and l.stride == 1 and l.pad == 0):
+        return False
+    rows = rows_per_block(l)
+    blocks = l.batch * -(-l.out_h // rows)
+    return (rows + 1) * l.stride >= l.size and blocks >= 2 * numba.get_num_threads()
+
+
+def backward_blocks(l, net):
+    """weight_updates += delta @ col^T and, unless the layer is the first, net.delta += the
+    input gradient, by blocks; the threads' weight-gradient parts are added up after."""
+    threads = numba.get_num_threads()
+    rows = rows_per_block(l)
+    k = l.size * l.size * l.c
+    block = k * rows * l.out_w
+    scratch = scratch_of(net)
+    cols = scratch("conv_blocks", threads * block).reshape(threads, -1)
+    grads = scratch("conv_blocks_grad", threads * block if net.delta is not None else 0)
+    dw_parts = scratch("conv_blocks_dw", threads * k * l.n).reshape(threads, k, l.n)
+    dx = net.delta[:l.batch * l.inputs] if net.delta is not None else _NONE
+    if (net.input.size < l.batch * l.inputs or l.delta.size < l.batch * l.outputs
+            or l.weights.size < l.n * k or l.out_c != l.n):
+        raise ValueError(f"convolutional layer: buffers smaller than its sizes "
+                         f"({l.batch} x {l.c}x{l.h}x{l.w} -> {l.n}x{l.out_h}x{l.out_w})")
+    with sgemm.single_threaded():
+        conv_blocks_backward_cpu(net.input, l.batch, l.c, l.h, l.w, l.size, l.stride, l.pad,
+                                 l.weights, l.n, l.delta, rows, cols,
+                                 grads.reshape(threads, -1), dw_parts, dx)
+    add_transposed(l.weight_updates.reshape(l.n, k), dw_parts.sum(axis=0))

@@ -28,7 +28,7 @@ from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scra
 from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
-from .conv_blocks import forward_blocks, use_blocks
+from .conv_blocks import backward_blocks, forward_blocks, use_blocks, use_blocks_backward
 from .conv_winograd import forward_winograd, use_winograd
 from .memory import zeros
 
@@ -272,6 +272,8 @@ class ConvolutionalLayer(Layer):
             self._backward_direct(net)
         elif self._batched(n):
             self._backward_gemms_batched(net, m, k, n)
+        elif use_blocks_backward(self, per_image=True):
+            backward_blocks(self, net)
         else:
             self._backward_gemms_per_image(net, m, k, n, cg)
 
