@@ -30,9 +30,11 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
     x = rng.uniform(0, 1, (batch, net.c, net.h, net.w)).astype(np.float32)
     if train:
         truth = np.zeros((batch, net.truths), np.float32)
-        if net.truths == 450:        # yolo: five random boxes per image
+        per_box = next((getattr(l, "truth_size", 5) for l in net.layers if l.type == "yolo"), 0)
+        if per_box:                  # yolo: five random boxes per image (AlexeyAB's: 6 values each)
             for k in range(5):
-                truth[:, 5 * k:5 * k + 4] = rng.uniform([.1, .1, .05, .05], [.9, .9, .4, .4], (batch, 4))
+                truth[:, per_box * k:per_box * k + 4] = rng.uniform([.1, .1, .05, .05],
+                                                                    [.9, .9, .4, .4], (batch, 4))
         else:
             truth[np.arange(batch), rng.integers(0, net.truths, batch)] = 1
         net.learning_rate = 1e-6           # keep the weights sane over the timed steps
