@@ -1,12 +1,23 @@
 """[route] (Darknet's `route_layer.c`): concatenates the outputs of earlier layers, per image.
 AlexeyAB's `groups=G group_id=K`: each input contributes only its K-th of G equal channel
-slices (its per-image output cut into G parts), and backward adds back into that slice."""
-from ..kernels.blas import axpy_cpu, copy_cpu
+slices (its per-image output cut into G parts), and backward adds back into that slice.
+
+At batch 1 every part is one contiguous run, so `share_outputs` (run by the network after
+every allocation of its buffers) takes the copies away where it safely can: a source of a
+concatenating route writes straight into its part of the route's output (its `output` becomes
+a view of that part), and a route taking one slice of one source gets that slice as its
+`output`. Forward then copies only the parts not already in place. Deltas stay separate, so
+backward is the same with or without it.
+"""
+import numpy as np
+
+from ..kernels.blas import axpy_slices_cpu, copy_slices_cpu
 from .base import Layer
 
 
 class RouteLayer(Layer):
     type = "route"
+    output_can_be_view = True
 
     def __init__(self, batch, input_layers, input_sizes, groups=1, group_id=0):
         self.batch = batch
@@ -18,6 +29,8 @@ class RouteLayer(Layer):
         self.input_sizes = list(input_sizes)
         self.outputs = self.inputs = sum(input_sizes) // self.groups
         self._alloc_io()
+        self.lent = [None] * len(self.input_layers)  # share_outputs: source k's output, a view of its part
+        self.viewed = None                           # share_outputs: the source output this is a view of
 
     @classmethod
     def from_cfg(cls, s, params):
@@ -68,25 +81,24 @@ class RouteLayer(Layer):
         self.h, self.w, self.c = self.out_h, self.out_w, self.out_c
 
     def forward(self, net):
-        """forward_route_layer"""
+        """forward_route_layer: each source's part of every image, one kernel per source;
+        nothing for the parts share_outputs put in place."""
         offset = 0
-        for idx, size in zip(self.input_layers, self.input_sizes):
+        for k, (idx, size) in enumerate(zip(self.input_layers, self.input_sizes)):
             src = net.layers[idx].output
             part = size // self.groups
-            first = part * self.group_id
-            for b in range(self.batch):
-                copy_cpu(part, src[b * size + first:], self.output[offset + b * self.outputs:])
+            if src is not self.lent[k] and src is not self.viewed:
+                copy_slices_cpu(self.batch, part, src, part * self.group_id, size,
+                                self.output, offset, self.outputs)
             offset += part
 
     def backward(self, net):
         """backward_route_layer: adds each slice of delta back into its source layer's delta."""
         offset = 0
         for idx, size in zip(self.input_layers, self.input_sizes):
-            dst = net.layers[idx].delta
             part = size // self.groups
-            first = part * self.group_id
-            for b in range(self.batch):
-                axpy_cpu(part, 1.0, self.delta[offset + b * self.outputs:], dst[b * size + first:])
+            axpy_slices_cpu(self.batch, part, 1.0, self.delta, offset, self.outputs,
+                            net.layers[idx].delta, part * self.group_id, size)
             offset += part
 
     def describe(self):
@@ -95,3 +107,85 @@ class RouteLayer(Layer):
             row += (f"{'':>16}{self.group_id}/{self.groups} -> "
                     f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}")
         return row
+
+
+def _base_id(a) -> int:
+    """The object whose memory an array views (itself when it owns its data)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return id(a)
+
+
+def _buffer_uses(layers) -> dict[int, int]:
+    """How many array references reachable from the layers (attributes, inner layers, lists,
+    dicts) fall in each buffer: _base_id -> count. A dropout's or an [empty]'s output is its
+    predecessor's, so that buffer counts twice."""
+    uses: dict[int, int] = {}
+    visited = set()
+
+    def visit(obj):
+        if isinstance(obj, np.ndarray):
+            key = _base_id(obj)
+            uses[key] = uses.get(key, 0) + 1
+            return
+        if id(obj) in visited:
+            return
+        visited.add(id(obj))
+        if isinstance(obj, list | tuple):
+            for v in obj:
+                visit(v)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                visit(v)
+        elif isinstance(obj, Layer):
+            for v in vars(obj).values():
+                visit(v)
+
+    for l in layers:
+        visit(l)
+    return uses
+
+
+def share_outputs(layers):
+    """Let batch-1 routes copy nothing where that keeps every value the same (see the module
+    docstring). Run after the layers' buffers are (re)allocated; forward falls back to copying
+    any part whose arrays have changed since.
+
+    Only layers with ``output_can_be_view`` (their forward writes their whole output and
+    nothing else does, no other reference to it is kept) lend or take an output, and only when
+    no other array reaches into its buffer (a [dropout] or [empty] aliasing it, which may write
+    into it in place). A source lends its output to one route: the last one that concatenates
+    it (the others copy). Chains resolve from the last route down: a route that is itself a
+    source gets its view first, and its sources then view into that."""
+    uses = _buffer_uses(layers)
+
+    def alone(l):
+        return (l.output_can_be_view and l.batch == 1 and l.output.size == l.outputs
+                and uses.get(_base_id(l.output)) == 1)
+
+    routes = [l for l in layers if isinstance(l, RouteLayer)]
+    for r in routes:
+        r.lent = [None] * len(r.input_layers)
+        r.viewed = None
+    # a route taking one slice of one source: its output will be a view of that slice
+    viewing = {id(r) for r in routes if r.groups > 1 and len(r.input_layers) == 1
+               and alone(r) and alone(layers[r.input_layers[0]])}
+    # concatenating routes, last first: which source lends its output to which part
+    lent = set()
+    for r in reversed(routes):
+        if r.groups > 1 or id(r) in viewing or not alone(r):
+            continue
+        offset = 0
+        for k, idx in enumerate(r.input_layers):
+            src = layers[idx]
+            if id(src) not in lent and id(src) not in viewing and alone(src):
+                lent.add(id(src))
+                src.output = r.output[offset:offset + src.outputs]
+                r.lent[k] = src.output
+            offset += src.outputs
+    for r in routes:                 # first to last: a view of a view takes its source's last
+        if id(r) in viewing:
+            src = layers[r.input_layers[0]]
+            part = src.outputs // r.groups
+            r.output = src.output[part * r.group_id:part * (r.group_id + 1)]
+            r.viewed = src.output
