@@ -1,13 +1,12 @@
 """[route] at batch 1 without copies (route.share_outputs): the sources write into the route's
 output, a one-source groups route views its slice. Checked bit for bit against the same
 network with every route copying (share_outputs switched off), in test mode, after a resize
-and through training steps; the batch kernels that copy and add the parts against numpy."""
+and through training steps; the parts forward copies and backward adds against numpy."""
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from darknumba.kernels.blas import SLICE_CHUNK, axpy_slices_cpu, copy_slices_cpu
 from darknumba.network import Network
 from darknumba.parser import parse_network_cfg
 
@@ -159,21 +158,41 @@ def test_no_sharing_beyond_batch_1(tmp_path):
                for l in net.layers if l.type == "route")
 
 
-@pytest.mark.parametrize("batch,n", [(1, 5), (3, 7), (2, SLICE_CHUNK + 3), (4, 2 * SLICE_CHUNK)])
-def test_slice_kernels_match_numpy(batch, n):
-    """Image b's n values from x[xo + b*xs:] to y[yo + b*ys:] (copied, then added), runs
-    longer than one parallel chunk included."""
-    rng = np.random.default_rng(n)
-    xs, ys, xo, yo = n + 11, n + 4, 6, 3
-    x = rng.normal(size=batch * xs).astype(np.float32)
-    y = rng.normal(size=batch * ys).astype(np.float32)
-    copied, added = y.copy(), y.copy()
-    for b in range(batch):
-        copied[b * ys + yo:][:n] = x[b * xs + xo:][:n]
-        added[b * ys + yo:][:n] += np.float32(-0.5) * x[b * xs + xo:][:n]
-    got = y.copy()
-    copy_slices_cpu(batch, n, x, xo, xs, got, yo, ys)
-    np.testing.assert_array_equal(got, copied)
-    got = y.copy()
-    axpy_slices_cpu(batch, n, -0.5, x, xo, xs, got, yo, ys)
-    np.testing.assert_array_equal(got, added)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_route_parts_against_numpy(tmp_path, batch):
+    """Forward: each image's parts side by side (a source's group_id-th of `groups` channel
+    slices); backward: the route's delta added back into those slices, at batch 1 (shared)
+    and 3 (copied)."""
+    body = (conv(4) + conv(6) + "[route]\nlayers=0,1,0\n\n"
+            + "[route]\nlayers=1\ngroups=3\ngroup_id=1\n\n"
+            + "[route]\nlayers=0,1\ngroups=2\ngroup_id=1\n\n")
+    net = build(tmp_path, True, body, batch=batch, w=5, h=3)
+    assert (net.layers[3].viewed is not None) == (batch == 1)
+    assert [v is not None for v in net.layers[2].lent] == [batch == 1] * 2 + [False]
+    rng = np.random.default_rng(batch)
+    net.forward(rng.uniform(0, 1, batch * net.inputs).astype(np.float32))
+    o0, o1 = (l.output.reshape(l.output_shape()) for l in net.layers[:2])
+    want = {2: [o0, o1, o0], 3: [o1[:, 2:4]], 4: [o0[:, 2:], o1[:, 3:]]}
+    for i, parts in want.items():
+        r = net.layers[i]
+        np.testing.assert_array_equal(r.output.reshape(r.output_shape()),
+                                      np.concatenate(parts, axis=1))
+    d0, d1 = (rng.normal(size=l.output_shape()).astype(np.float32) for l in net.layers[:2])
+    w0, w1 = d0.copy(), d1.copy()
+    for i in (2, 3, 4):
+        r = net.layers[i]
+        r.delta[:] = rng.normal(size=r.delta.size)
+        net.layers[0].delta[:], net.layers[1].delta[:] = d0.ravel(), d1.ravel()
+        r.backward(net)
+        g = r.delta.reshape(r.output_shape())
+        if i == 2:
+            w0, w1 = d0 + g[:, :4] + g[:, 10:], d1 + g[:, 4:10]
+        elif i == 3:
+            w0, w1 = d0, d1.copy()
+            w1[:, 2:4] += g
+        else:
+            w0, w1 = d0.copy(), d1.copy()
+            w0[:, 2:] += g[:, :2]
+            w1[:, 3:] += g[:, 2:]
+        np.testing.assert_array_equal(net.layers[0].delta.reshape(d0.shape), w0)
+        np.testing.assert_array_equal(net.layers[1].delta.reshape(d1.shape), w1)

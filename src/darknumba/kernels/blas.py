@@ -45,42 +45,6 @@ def axpy_cpu(n, alpha, x, y):
         y[i] += a * x[i]
 
 
-# values per parallel iteration of the per-image slice kernels below (a 64 KB run of floats)
-SLICE_CHUNK = 1 << 14
-
-
-@njit(parallel=True, cache=True)
-def copy_slices_cpu(batch, n, x, x_offset, x_stride, y, y_offset, y_stride):
-    """copy_cpu of n values for every image b in one call:
-    y[y_offset + b*y_stride:][:n] = x[x_offset + b*x_stride:][:n]. Runs of SLICE_CHUNK values
-    of all images in parallel (a route's sources at batch > 1)."""
-    chunks = (n + SLICE_CHUNK - 1) // SLICE_CHUNK
-    for j in prange(batch * chunks):
-        b = j // chunks
-        start = (j % chunks) * SLICE_CHUNK
-        end = min(n, start + SLICE_CHUNK)
-        xo = x_offset + b * x_stride
-        yo = y_offset + b * y_stride
-        for i in range(start, end):
-            y[yo + i] = x[xo + i]
-
-
-@njit(parallel=True, cache=True)
-def axpy_slices_cpu(batch, n, alpha, x, x_offset, x_stride, y, y_offset, y_stride):
-    """axpy_cpu of n values for every image b in one call:
-    y[y_offset + b*y_stride:][:n] += alpha * x[x_offset + b*x_stride:][:n]."""
-    a = np.float32(alpha)
-    chunks = (n + SLICE_CHUNK - 1) // SLICE_CHUNK
-    for j in prange(batch * chunks):
-        b = j // chunks
-        start = (j % chunks) * SLICE_CHUNK
-        end = min(n, start + SLICE_CHUNK)
-        xo = x_offset + b * x_stride
-        yo = y_offset + b * y_stride
-        for i in range(start, end):
-            y[yo + i] += a * x[xo + i]
-
-
 @njit(parallel=True, cache=True)
 def scal_cpu(n, alpha, x):
     a = np.float32(alpha)

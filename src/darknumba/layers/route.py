@@ -11,7 +11,6 @@ backward is the same with or without it.
 """
 import numpy as np
 
-from ..kernels.blas import axpy_slices_cpu, copy_slices_cpu
 from .base import Layer
 
 
@@ -81,24 +80,29 @@ class RouteLayer(Layer):
         self.h, self.w, self.c = self.out_h, self.out_w, self.out_c
 
     def forward(self, net):
-        """forward_route_layer: each source's part of every image, one kernel per source;
-        nothing for the parts share_outputs put in place."""
+        """forward_route_layer: each source's part of every image in one strided copy (numpy's
+        memcpy of each row outruns a parallel kernel on this memory-bound move); nothing for
+        the parts share_outputs put in place."""
+        out = self.output.reshape(self.batch, self.outputs)
         offset = 0
         for k, (idx, size) in enumerate(zip(self.input_layers, self.input_sizes)):
             src = net.layers[idx].output
             part = size // self.groups
             if src is not self.lent[k] and src is not self.viewed:
-                copy_slices_cpu(self.batch, part, src, part * self.group_id, size,
-                                self.output, offset, self.outputs)
+                first = part * self.group_id
+                out[:, offset:offset + part] = _images(src, self.batch, size)[:, first:first + part]
             offset += part
 
     def backward(self, net):
-        """backward_route_layer: adds each slice of delta back into its source layer's delta."""
+        """backward_route_layer: adds each slice of delta back into its source layer's delta
+        (y + x, as axpy_cpu with alpha 1 rounds it)."""
+        delta = self.delta.reshape(self.batch, self.outputs)
         offset = 0
         for idx, size in zip(self.input_layers, self.input_sizes):
             part = size // self.groups
-            axpy_slices_cpu(self.batch, part, 1.0, self.delta, offset, self.outputs,
-                            net.layers[idx].delta, part * self.group_id, size)
+            first = part * self.group_id
+            dst = _images(net.layers[idx].delta, self.batch, size)[:, first:first + part]
+            dst += delta[:, offset:offset + part]
             offset += part
 
     def describe(self):
@@ -107,6 +111,11 @@ class RouteLayer(Layer):
             row += (f"{'':>16}{self.group_id}/{self.groups} -> "
                     f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}")
         return row
+
+
+def _images(a, batch, size):
+    """The first batch x size values of a flat buffer, one row per image."""
+    return a[:batch * size].reshape(batch, size)
 
 
 def _base_id(a) -> int:
