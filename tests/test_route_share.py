@@ -2,6 +2,8 @@
 output, a one-source groups route views its slice. Checked bit for bit against the same
 network with every route copying (share_outputs switched off), in test mode, after a resize
 and through training steps; the parts forward copies and backward adds against numpy."""
+import copy
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -108,6 +110,18 @@ def test_batch_1_outputs_match_the_copying_network(tmp_path):
     a.forward(x)
     b.forward(x)
     assert_same(a, b)
+
+
+def test_copies_of_a_sharing_network_compute_the_same(tmp_path):
+    """copy.deepcopy and pickle keep the arrays' identities but not their shared memory: the
+    routes see it and copy again."""
+    a, b = build(tmp_path, True), build(tmp_path, False)
+    copies = [copy.deepcopy(a), pickle.loads(pickle.dumps(a))]
+    x = np.random.default_rng(4).uniform(0, 1, a.inputs).astype(np.float32)
+    b.forward(x)
+    for c in copies:
+        c.forward(x)
+        assert_same(c, b)
 
 
 def truth_for(net):

@@ -88,10 +88,18 @@ class RouteLayer(Layer):
         for k, (idx, size) in enumerate(zip(self.input_layers, self.input_sizes)):
             src = net.layers[idx].output
             part = size // self.groups
-            if src is not self.lent[k] and src is not self.viewed:
+            if not self._in_place(src, k):
                 first = part * self.group_id
                 out[:, offset:offset + part] = _images(src, self.batch, size)[:, first:first + part]
             offset += part
+
+    def _in_place(self, src, k) -> bool:
+        """Source k's part is already where forward would copy it: share_outputs made one of
+        the two arrays a view of the other, and it still is (a deep copy or a pickle of the
+        network keeps the identities but gives every array memory of its own)."""
+        if src is self.lent[k]:
+            return np.may_share_memory(src, self.output)
+        return src is self.viewed and np.may_share_memory(src, self.output)
 
     def backward(self, net):
         """backward_route_layer: adds each slice of delta back into its source layer's delta
