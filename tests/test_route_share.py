@@ -30,7 +30,7 @@ BODY = (
     + "[route]\nlayers=4,3,1\n\n"                                 # 5  three sources
     + conv(4, activation="linear")                                # 6
     + "[dropout]\nprobability=0.3\n\n"                            # 7  aliases 6: 6 copies
-    + "[route]\nlayers=6,3\n\n"                                   # 8  3 is also in 5
+    + "[route]\nlayers=6,3\n\n"                                   # 8  3 is also in 5 and 18
     + "[route]\nlayers=8,5\n\n"                                   # 9  a route of routes
     + "[upsample]\nstride=2\n\n"                                  # 10
     + conv(4, stride=2)                                           # 11
@@ -40,8 +40,11 @@ BODY = (
     + "[route]\nlayers=14\ngroups=2\ngroup_id=1\n\n"              # 15 views half of 14
     + "[route]\nlayers=6\ngroups=2\ngroup_id=1\n\n"               # 16 6 is aliased: copies
     + "[route]\nlayers=15,16\n\n"                                 # 17
-    + conv(12, 1, activation="linear")                            # 18
-    + "[yolo]\nmask=0,1\nanchors=3,4, 6,5, 9,9\nclasses=1\nnum=3\n")  # 19
+    + "[route]\nlayers=3\n\n"                                     # 18 lent on to 19: hosts 3
+    + "[route]\nlayers=17,18\n\n"                                 # 19
+    + "[route]\nlayers=3\n\n"                                     # 20 views 3
+    + conv(12, 1, activation="linear")                            # 21
+    + "[yolo]\nmask=0,1\nanchors=3,4, 6,5, 9,9\nclasses=1\nnum=3\n")  # 22
 
 
 def build(tmp_path, share, body=BODY, batch=1, w=12, h=10, name="share.cfg"):
@@ -86,14 +89,15 @@ def test_the_routes_copy_only_what_they_must(tmp_path):
     net = build(tmp_path, True)
     L = net.layers
     assert L[2].viewed is L[1].output and shared(net, 2, 1)
-    assert L[5].lent[0] is L[4].output and L[5].lent[2] is L[1].output
-    assert L[8].lent[0] is None and L[8].lent[1] is L[3].output    # 6 is aliased by the dropout
-    assert L[5].lent[1] is None                                   # 3 lends its output once, to 8
-    assert shared(net, 8, 9) and shared(net, 5, 9) and shared(net, 3, 9)
-    assert not shared(net, 6, 8) and L[7].output is L[6].output
+    assert L[5].lent == [L[4].output, None, L[1].output]          # 3 lends itself once
+    assert L[8].lent == [None, None] and L[7].output is L[6].output  # 6: the dropout's too
+    assert L[9].lent == [L[8].output, L[5].output]
+    assert shared(net, 8, 9) and shared(net, 5, 9) and not shared(net, 6, 8)
     assert L[14].viewed is L[13].output and L[15].viewed is L[14].output
-    assert L[16].viewed is None and not shared(net, 16, 6)
     assert np.shares_memory(L[15].output, L[13].output[L[15].outputs:2 * L[15].outputs])
+    assert L[16].viewed is None and not shared(net, 16, 6)
+    assert L[18].lent == [L[3].output] and L[19].lent == [L[17].output, L[18].output]
+    assert L[20].viewed is L[3].output and shared(net, 3, 19)
 
 
 def test_batch_1_outputs_match_the_copying_network(tmp_path):

@@ -172,34 +172,38 @@ def share_outputs(layers):
     nothing else does, no other reference to it is kept) lend or take an output, and only when
     no other array reaches into its buffer (a [dropout] or [empty] aliasing it, which may write
     into it in place). A source lends its output to one route: the last one that concatenates
-    it (the others copy). Chains resolve from the last route down: a route that is itself a
-    source gets its view first, and its sources then view into that."""
+    it. Chains resolve from the last route down: a route that is itself a source gets its view
+    first, and its sources then view into that. A route of one source views its slice of that
+    source instead (the source stays free to lend itself: the repeated routes of an SPP
+    block), unless it is itself lent on to a later route."""
     uses = _buffer_uses(layers)
-
-    def alone(l):
-        return (l.output_can_be_view and l.batch == 1 and l.output.size == l.outputs
-                and uses.get(_base_id(l.output)) == 1)
-
+    free = {id(l) for l in layers if l.output_can_be_view and l.batch == 1
+            and l.output.size == l.outputs and uses.get(_base_id(l.output)) == 1}
     routes = [l for l in layers if isinstance(l, RouteLayer)]
     for r in routes:
         r.lent = [None] * len(r.input_layers)
         r.viewed = None
-    # a route taking one slice of one source: its output will be a view of that slice
-    viewing = {id(r) for r in routes if r.groups > 1 and len(r.input_layers) == 1
-               and alone(r) and alone(layers[r.input_layers[0]])}
-    # concatenating routes, last first: which source lends its output to which part
+
+    def can_view(r):
+        return len(r.input_layers) == 1 and id(r) in free and id(layers[r.input_layers[0]]) in free
+
+    # a route of one slice of one source: its output will be a view of that slice
+    viewing = {id(r) for r in routes if r.groups > 1 and can_view(r)}
+    # concatenating routes, last first: which source lends its output to which part (a route
+    # of one source only when it is itself lent on: else it views, leaving the source free)
     lent = set()
     for r in reversed(routes):
-        if r.groups > 1 or id(r) in viewing or not alone(r):
+        if r.groups > 1 or id(r) not in free or (len(r.input_layers) == 1 and id(r) not in lent):
             continue
         offset = 0
         for k, idx in enumerate(r.input_layers):
             src = layers[idx]
-            if id(src) not in lent and id(src) not in viewing and alone(src):
+            if id(src) in free and id(src) not in lent and id(src) not in viewing:
                 lent.add(id(src))
                 src.output = r.output[offset:offset + src.outputs]
                 r.lent[k] = src.output
             offset += src.outputs
+    viewing |= {id(r) for r in routes if r.groups == 1 and can_view(r) and id(r) not in lent}
     for r in routes:                 # first to last: a view of a view takes its source's last
         if id(r) in viewing:
             src = layers[r.input_layers[0]]
