@@ -28,8 +28,10 @@ class RouteLayer(Layer):
         self.input_sizes = list(input_sizes)
         self.outputs = self.inputs = sum(input_sizes) // self.groups
         self._alloc_io()
-        self.lent = [None] * len(self.input_layers)  # share_outputs: source k's output, a view of its part
-        self.viewed = None                           # share_outputs: the source output this is a view of
+        # share_outputs: source k's output when it is a view of its part of this output; the
+        # source output this output is a view of
+        self.lent = [None] * len(self.input_layers)
+        self.viewed = None
 
     @classmethod
     def from_cfg(cls, s, params):
