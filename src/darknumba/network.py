@@ -13,6 +13,7 @@ from .dialect import quirks_for
 from .errors import DarknumbaError
 from .kernels.blas import fill_cpu
 from .layers.base import Scratch, UpdateArgs
+from .layers.route import share_outputs
 
 
 def _rate_constant(net, b):
@@ -190,6 +191,11 @@ class Network:
             if changed is not None:
                 changed()
 
+    def share_outputs(self):
+        """At batch 1, the layers whose outputs a [route] only copies write into its output
+        instead (route.share_outputs); run after every (re)allocation of the buffers."""
+        share_outputs(self.layers)
+
     def alloc_workspace(self):
         size = max([l.workspace_size for l in self.layers] + [1])
         if self.workspace.size < size:
@@ -330,6 +336,7 @@ class Network:
             w, h = l.out_w, l.out_h
         self.inputs = self.w * self.h * c
         self.alloc_workspace()
+        self.share_outputs()
 
     # -- reporting ---------------------------------------------------------------------------
     def summary(self, file=None) -> str:

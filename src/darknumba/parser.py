@@ -249,6 +249,7 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
         net.allocated = False
         return net
     net.alloc_workspace()
+    net.share_outputs()
     if seed is not None:
         init_weights(net, seed)
     return net

@@ -5,6 +5,7 @@ A layer mirrors Darknet's `layer` struct for its own type only:
   ``outputs = out_h*out_w*out_c``.
 - ``output`` and ``delta``: flat float32 arrays of ``batch * outputs``, allocated once when the
   layer is built (and again only by ``resize``). ``output.reshape(batch, out_c, out_h, out_w)``.
+  At batch 1 a layer's ``output`` may be a view into a [route]'s (``route.share_outputs``).
 - Darknet's sign convention: ``delta`` holds the *negative* gradient of the loss with respect to
   ``output`` (for a loss layer, ``truth - prediction``), and updates *add* ``rate * updates``.
 - ``forward(net)`` reads ``net.input`` (the previous layer's output), ``net.train`` and
@@ -96,6 +97,9 @@ class Layer:
     bn_sync = None                # synchronised batch norm across processes (see above)
     workspace_size = 0            # floats of the network's shared scratch buffer this layer needs
     quirks = DEFAULT_QUIRKS       # the network's named behaviours (set when built from a cfg)
+    # True where forward writes the whole output and nothing else, and the layer keeps no
+    # other reference to it: at batch 1 its output may be a view into a route's (route.py)
+    output_can_be_view = False
 
     batch = h = w = c = 0
     out_h = out_w = out_c = 0

@@ -62,6 +62,7 @@ def conv_weight_records(l):
 
 class ConvolutionalLayer(Layer):
     type = "convolutional"
+    output_can_be_view = True
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
     winograd_weights = None       # 36 x n x c Winograd filters, made when first needed
 

@@ -35,6 +35,7 @@ def read_pool_keys(s, params):
 
 class MaxpoolLayer(Layer):
     type = "maxpool"
+    output_can_be_view = True
 
     def __init__(self, batch, h, w, c, size, stride, padding, maxpool_depth=0, out_channels=1):
         self.batch, self.h, self.w, self.c = batch, h, w, c

@@ -1,12 +1,22 @@
 """[route] (Darknet's `route_layer.c`): concatenates the outputs of earlier layers, per image.
 AlexeyAB's `groups=G group_id=K`: each input contributes only its K-th of G equal channel
-slices (its per-image output cut into G parts), and backward adds back into that slice."""
-from ..kernels.blas import axpy_cpu, copy_cpu
+slices (its per-image output cut into G parts), and backward adds back into that slice.
+
+At batch 1 every part is one contiguous run, so `share_outputs` (run by the network after
+every allocation of its buffers) takes the copies away where it safely can: a source of a
+concatenating route writes straight into its part of the route's output (its `output` becomes
+a view of that part), and a route taking one slice of one source gets that slice as its
+`output`. Forward then copies only the parts not already in place. Deltas stay separate, so
+backward is the same with or without it.
+"""
+import numpy as np
+
 from .base import Layer
 
 
 class RouteLayer(Layer):
     type = "route"
+    output_can_be_view = True
 
     def __init__(self, batch, input_layers, input_sizes, groups=1, group_id=0):
         self.batch = batch
@@ -18,6 +28,10 @@ class RouteLayer(Layer):
         self.input_sizes = list(input_sizes)
         self.outputs = self.inputs = sum(input_sizes) // self.groups
         self._alloc_io()
+        # share_outputs: source k's output when it is a view of its part of this output; the
+        # source output this output is a view of
+        self.lent = [None] * len(self.input_layers)
+        self.viewed = None
 
     @classmethod
     def from_cfg(cls, s, params):
@@ -68,25 +82,37 @@ class RouteLayer(Layer):
         self.h, self.w, self.c = self.out_h, self.out_w, self.out_c
 
     def forward(self, net):
-        """forward_route_layer"""
+        """forward_route_layer: each source's part of every image in one strided copy (numpy's
+        memcpy of each row outruns a parallel kernel on this memory-bound move); nothing for
+        the parts share_outputs put in place."""
+        out = self.output.reshape(self.batch, self.outputs)
         offset = 0
-        for idx, size in zip(self.input_layers, self.input_sizes):
+        for k, (idx, size) in enumerate(zip(self.input_layers, self.input_sizes)):
             src = net.layers[idx].output
             part = size // self.groups
-            first = part * self.group_id
-            for b in range(self.batch):
-                copy_cpu(part, src[b * size + first:], self.output[offset + b * self.outputs:])
+            if not self._in_place(src, k):
+                first = part * self.group_id
+                out[:, offset:offset + part] = _images(src, self.batch, size)[:, first:first + part]
             offset += part
 
+    def _in_place(self, src, k) -> bool:
+        """Source k's part is already where forward would copy it: share_outputs made one of
+        the two arrays a view of the other, and it still is (a deep copy or a pickle of the
+        network keeps the identities but gives every array memory of its own)."""
+        if src is self.lent[k]:
+            return np.may_share_memory(src, self.output)
+        return src is self.viewed and np.may_share_memory(src, self.output)
+
     def backward(self, net):
-        """backward_route_layer: adds each slice of delta back into its source layer's delta."""
+        """backward_route_layer: adds each slice of delta back into its source layer's delta
+        (y + x, as axpy_cpu with alpha 1 rounds it)."""
+        delta = self.delta.reshape(self.batch, self.outputs)
         offset = 0
         for idx, size in zip(self.input_layers, self.input_sizes):
-            dst = net.layers[idx].delta
             part = size // self.groups
             first = part * self.group_id
-            for b in range(self.batch):
-                axpy_cpu(part, 1.0, self.delta[offset + b * self.outputs:], dst[b * size + first:])
+            dst = _images(net.layers[idx].delta, self.batch, size)[:, first:first + part]
+            dst += delta[:, offset:offset + part]
             offset += part
 
     def describe(self):
@@ -95,3 +121,94 @@ class RouteLayer(Layer):
             row += (f"{'':>16}{self.group_id}/{self.groups} -> "
                     f"{self.out_w:4d} x{self.out_h:4d} x{self.out_c:4d}")
         return row
+
+
+def _images(a, batch, size):
+    """The first batch x size values of a flat buffer, one row per image."""
+    return a[:batch * size].reshape(batch, size)
+
+
+def _base_id(a) -> int:
+    """The object whose memory an array views (itself when it owns its data)."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return id(a)
+
+
+def _buffer_uses(layers) -> dict[int, int]:
+    """How many array references reachable from the layers (attributes, inner layers, lists,
+    dicts) fall in each buffer: _base_id -> count. A dropout's or an [empty]'s output is its
+    predecessor's, so that buffer counts twice."""
+    uses: dict[int, int] = {}
+    visited = set()
+
+    def visit(obj):
+        if isinstance(obj, np.ndarray):
+            key = _base_id(obj)
+            uses[key] = uses.get(key, 0) + 1
+            return
+        if id(obj) in visited:
+            return
+        visited.add(id(obj))
+        if isinstance(obj, list | tuple):
+            for v in obj:
+                visit(v)
+        elif isinstance(obj, dict):
+            for v in obj.values():
+                visit(v)
+        elif isinstance(obj, Layer):
+            for v in vars(obj).values():
+                visit(v)
+
+    for l in layers:
+        visit(l)
+    return uses
+
+
+def share_outputs(layers):
+    """Let batch-1 routes copy nothing where that keeps every value the same (see the module
+    docstring). Run after the layers' buffers are (re)allocated; forward falls back to copying
+    any part whose arrays have changed since.
+
+    Only layers with ``output_can_be_view`` (their forward writes their whole output and
+    nothing else does, no other reference to it is kept) lend or take an output, and only when
+    no other array reaches into its buffer (a [dropout] or [empty] aliasing it, which may write
+    into it in place). A source lends its output to one route: the last one that concatenates
+    it. Chains resolve from the last route down: a route that is itself a source gets its view
+    first, and its sources then view into that. A route of one source views its slice of that
+    source instead (the source stays free to lend itself: the repeated routes of an SPP
+    block), unless it is itself lent on to a later route."""
+    uses = _buffer_uses(layers)
+    free = {id(l) for l in layers if l.output_can_be_view and l.batch == 1
+            and l.output.size == l.outputs and uses.get(_base_id(l.output)) == 1}
+    routes = [l for l in layers if isinstance(l, RouteLayer)]
+    for r in routes:
+        r.lent = [None] * len(r.input_layers)
+        r.viewed = None
+
+    def can_view(r):
+        return len(r.input_layers) == 1 and id(r) in free and id(layers[r.input_layers[0]]) in free
+
+    # a route of one slice of one source: its output will be a view of that slice
+    viewing = {id(r) for r in routes if r.groups > 1 and can_view(r)}
+    # concatenating routes, last first: which source lends its output to which part (a route
+    # of one source only when it is itself lent on: else it views, leaving the source free)
+    lent = set()
+    for r in reversed(routes):
+        if r.groups > 1 or id(r) not in free or (len(r.input_layers) == 1 and id(r) not in lent):
+            continue
+        offset = 0
+        for k, idx in enumerate(r.input_layers):
+            src = layers[idx]
+            if id(src) in free and id(src) not in lent and id(src) not in viewing:
+                lent.add(id(src))
+                src.output = r.output[offset:offset + src.outputs]
+                r.lent[k] = src.output
+            offset += src.outputs
+    viewing |= {id(r) for r in routes if r.groups == 1 and can_view(r) and id(r) not in lent}
+    for r in routes:                 # first to last: a view of a view takes its source's last
+        if id(r) in viewing:
+            src = layers[r.input_layers[0]]
+            part = src.outputs // r.groups
+            r.output = src.output[part * r.group_id:part * (r.group_id + 1)]
+            r.viewed = src.output

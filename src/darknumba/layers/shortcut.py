@@ -33,6 +33,7 @@ def same_scale(w1, h1, w2, h2) -> bool:
 
 class ShortcutLayer(Layer):
     type = "shortcut"
+    output_can_be_view = True
 
     def __init__(self, batch, index, w, h, c, w2, h2, c2, activation="linear", alpha=1.0, beta=1.0):
         self.batch, self.index = batch, index

@@ -6,6 +6,7 @@ from .base import Layer, require_image_input
 
 class UpsampleLayer(Layer):
     type = "upsample"
+    output_can_be_view = True
 
     def __init__(self, batch, w, h, c, stride, scale=1.0):
         self.batch, self.w, self.h, self.c = batch, w, h, c
