@@ -28,7 +28,6 @@ from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scra
 from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
-from .conv_blocks import backward_blocks, forward_blocks, use_blocks, use_blocks_backward
 from .conv_winograd import forward_winograd, use_winograd
 from .memory import zeros
 
@@ -175,10 +174,6 @@ class ConvolutionalLayer(Layer):
             return
         if self.batch > 1 and self._batched(n):
             self._forward_gemms_batched(net, m, k, n)
-        elif use_blocks(self, per_image=True):
-            forward_blocks(self, net)
-            if not net.train:           # the epilogue was applied block by block
-                return
         else:
             self._forward_gemms_per_image(net, m, k, n, cg)
         if self.batch_normalize:
@@ -273,8 +268,6 @@ class ConvolutionalLayer(Layer):
             self._backward_direct(net)
         elif self._batched(n):
             self._backward_gemms_batched(net, m, k, n)
-        elif use_blocks_backward(self, per_image=True):
-            backward_blocks(self, net)
         else:
             self._backward_gemms_per_image(net, m, k, n, cg)
 
