@@ -2,21 +2,15 @@
 Winograd written from the three transform matrices, against the float64 convolution
 (tests/naive), and the layer's Winograd path against its exact im2col + GEMM path: on random
 weights, and on the official yolov3-tiny weights with the sample photos (detections identical)."""
+from types import SimpleNamespace
+
 import naive
 import numpy as np
 import pytest
 from conftest import DATA, ROOT, guarded, guards_intact, tiny_weights
 
-from darknumba.kernels.winograd import (
-    G,
-    tiles_of,
-    winograd_input_cpu,
-    winograd_output_cpu,
-    winograd_weights_cpu,
-)
-
-EMPTY = np.empty(0, np.float32)
-NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0)                # raw sums only
+from darknumba.kernels.winograd import tiles_of, winograd_input_cpu, winograd_output_cpu
+from darknumba.layers.conv_winograd import transformed_weights
 
 # Lavin & Gray's F(4x4, 3x3), interpolation points 0, 1, -1, 2, -2, inf
 BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
@@ -52,18 +46,17 @@ def winograd_reference(x, wts, b, c, h, w, n, pad):
     return out[:, :, :oh, :ow].reshape(-1)
 
 
-def run_kernels(x, wts, b, c, h, w, n, pad, epilogue=NO_EPI):
-    """The three kernels and the 36 GEMMs as the layer runs them; the output in a guarded
-    buffer."""
+def run_kernels(x, wts, b, c, h, w, n, pad):
+    """The filter transform, the two kernels and the 36 GEMMs as the layer runs them; the
+    output in a guarded buffer."""
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
     th, tw = tiles_of(oh, ow)
-    U = np.full((36, n, c), np.nan, np.float32)
-    winograd_weights_cpu(wts, n, c, G, U)
+    U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
     V = np.full((36, c, b * th * tw), np.nan, np.float32)
     winograd_input_cpu(x, b, c, h, w, pad, th, tw, V)
     M = np.matmul(U, V)
     out, big = guarded(b * n * oh * ow, fill=np.nan)
-    winograd_output_cpu(M, b, n, oh, ow, th, tw, out, *epilogue)
+    winograd_output_cpu(M, b, n, oh, ow, th, tw, out)
     assert guards_intact(big)
     return out, U, V
 
@@ -106,25 +99,6 @@ def test_check_can_fail(rng):
     wrong[5] += 0.01
     ref = naive.conv_forward(x, wrong, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     assert not np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
-
-
-@pytest.mark.parametrize("act", [0, 3, 7])      # logistic, linear, leaky
-@pytest.mark.parametrize("bn", [False, True])
-def test_fused_epilogue_equals_the_separate_sweeps(rng, act, bn):
-    from darknumba.kernels.fused import batchnorm_bias_activate, bias_activate
-    b, c, h, w, n, pad = 2, 3, 9, 11, 6, 1
-    x, wts = case(rng, b, c, h, w, n)
-    raw, _, _ = run_kernels(x, wts, b, c, h, w, n, pad)
-    mean = rng.standard_normal(n).astype(np.float32)
-    div = rng.uniform(0.5, 2, n).astype(np.float32)
-    scales, biases = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
-    epi = (mean, div, scales, biases, act) if bn else (EMPTY, EMPTY, EMPTY, biases, act)
-    got, _, _ = run_kernels(x, wts, b, c, h, w, n, pad, epi)
-    if bn:
-        batchnorm_bias_activate(raw, mean, div, scales, biases, b, n, h * w, act)
-    else:
-        bias_activate(raw, biases, b, n, h * w, act)
-    np.testing.assert_array_equal(got, raw)
 
 
 # -- the layer: Winograd in test mode where eligible, the exact path otherwise ----------------

@@ -1,12 +1,11 @@
 """Winograd F(4x4, 3x3) for a [convolutional] layer's test-mode forward (kernels/winograd.py):
-input transform, 36 GEMMs in one batched BLAS call, output transform fused with the biases or
-batch norm and the activation.
+input transform, 36 GEMMs in one batched BLAS call, output transform; the layer then applies
+its biases or batch norm and activation as on the exact path.
 
 Darknet has no such path: the results differ from im2col + GEMM by rounding (within ~1e-4 of
-the output's scale). It is asked for (load_network(..., exact=False), `--winograd`,
-DARKNUMBA_WINOGRAD=1); the exact path is the default, and always the path for training, under
-compat= (darknet-cpu) and in `compare`. Measured on 2 idle cores it saves 0-10 % of an
-inference (nothing on yolov3-tiny, most on yolov3) for 7-8 s more of first-run compile.
+the output's scale). It is the default for inference; the exact path stays for training, under
+compat= (darknet-cpu), in `compare`, and when asked for (load_network(..., exact=True),
+`--exact`, DARKNUMBA_EXACT=1).
 
 The transformed filters (36 x n x c, four times the weights) are made at the first test-mode
 forward and kept; whatever changes the weights in place calls `weights_changed()` on the layer
@@ -14,23 +13,17 @@ or the network (update, load_weights, random_init and a train-mode forward do).
 
 Each of the 36 GEMMs of a layer wakes OpenBLAS's worker threads (im2col + GEMM: one GEMM per
 layer): on an idle machine that costs little, but when other processes compete for the cores
-every wake-up waits for one, and this path then slows down several times more than the exact
-one (measured here on 2 shared cores); `--exact` is the way out there.
+every wake-up waits for one, and this path then slows down more than the exact one (measured
+here on 2 shared cores); `--exact` is the way out there.
 """
 import numpy as np
 
-from ..kernels.winograd import (
-    G,
-    tiles_of,
-    winograd_input_cpu,
-    winograd_output_cpu,
-    winograd_weights_cpu,
-)
-from .activate import activate_output, epilogue_activation
+from ..kernels.winograd import G, tiles_of, winograd_input_cpu, winograd_output_cpu
 from .base import scratch_of
-from .batchnorm import bn_divisor
 
-_NONE = np.empty(0, np.float32)
+# U[a * 6 + b] = sum over i, j of G[a, i] G[b, j] g[i, j]: the filter transform G g G^T of a
+# 3x3 filter g (row-major, 9 values) as one 36 x 9 matrix
+G_KRON = np.kron(G, G)
 
 # output tiles per image (4x4 pixels each) from which Winograd beats im2col + GEMM, measured here
 # on yolov3-tiny's, yolov4-tiny's and yolov3's layers: from 26x26 outputs on (7x7 tiles) it
@@ -61,18 +54,19 @@ def use_winograd(l, net) -> bool:
 
 
 def transformed_weights(l) -> np.ndarray:
-    """U = G g G^T for every filter and channel (36 x n x c), made once and kept on the layer."""
+    """U = G g G^T for every filter and channel (36 x n x c), in float64 rounded once to
+    float32 (one BLAS GEMM over all filters: no kernel to compile for a transform made once per
+    layer), made once and kept on the layer."""
     U = getattr(l, "winograd_weights", None)
     if U is None:
-        U = np.empty((36, l.n, l.c), np.float32)
-        winograd_weights_cpu(l.weights, l.n, l.c, G, U)
+        g = l.weights[:l.n * l.c * 9].reshape(l.n * l.c, 9).astype(np.float64)
+        U = (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c)
         l.winograd_weights = U
     return U
 
 
 def forward_winograd(l, net):
-    """l.output = act(bn(conv(net.input))) through F(4x4, 3x3), the epilogue in the output
-    transform's sweep."""
+    """l.output = conv(net.input) through F(4x4, 3x3), before the biases or batch norm."""
     th, tw = tiles_of(l.out_h, l.out_w)
     tiles = l.batch * th * tw
     scratch = scratch_of(net)
@@ -80,10 +74,4 @@ def forward_winograd(l, net):
     M = scratch("winograd_M", 36 * l.n * tiles).reshape(36, l.n, tiles)
     winograd_input_cpu(net.input, l.batch, l.c, l.h, l.w, l.pad, th, tw, V)
     np.matmul(transformed_weights(l), V, out=M)
-    act = epilogue_activation(l, False)
-    if l.batch_normalize:
-        bn = (l.rolling_mean, bn_divisor(l, l.rolling_variance), l.scales)
-    else:
-        bn = (_NONE, _NONE, _NONE)
-    winograd_output_cpu(M, l.batch, l.n, l.out_h, l.out_w, th, tw, l.output, *bn, l.biases, act)
-    activate_output(l, False, act)
+    winograd_output_cpu(M, l.batch, l.n, l.out_h, l.out_w, th, tw, l.output)
