@@ -1,7 +1,8 @@
 """Winograd F(4x4, 3x3) (kernels/winograd.py, layers/conv_winograd.py) against a plain numpy
 Winograd written from the three transform matrices, against the float64 convolution
 (tests/naive), and the layer's Winograd path against its exact im2col + GEMM path: on random
-weights, and on the official yolov3-tiny weights with the sample photos (detections identical)."""
+weights, and on the official yolov3-tiny and yolov4-tiny weights with the sample photos
+(detections identical)."""
 from types import SimpleNamespace
 
 import naive
@@ -158,18 +159,23 @@ def test_exact_from_the_environment_and_compat(rng, tmp_path, monkeypatch):
     monkeypatch.delenv("DARKNUMBA_EXACT", raising=False)
     monkeypatch.delenv("DARKNUMBA_WINOGRAD", raising=False)
     net = dn.load_network(cfg, batch=2)
-    assert net.exact                            # the default: Darknet's im2col + GEMM
-    net.predict(x)
-    assert net.layers[0].winograd_weights is None
-    monkeypatch.setenv("DARKNUMBA_WINOGRAD", "1")
-    net = dn.load_network(cfg, batch=2)
-    assert not net.exact
+    assert not net.exact                        # the default: Winograd at inference
     net.predict(x)
     assert net.layers[0].winograd_weights is not None
-    monkeypatch.setenv("DARKNUMBA_EXACT", "1")  # exact wins over the request for Winograd
+    monkeypatch.setenv("DARKNUMBA_EXACT", "1")
+    net = dn.load_network(cfg, batch=2)
+    assert net.exact
+    net.predict(x)
+    assert net.layers[0].winograd_weights is None
+    monkeypatch.setenv("DARKNUMBA_WINOGRAD", "1")  # exact wins over the request for Winograd
     assert dn.load_network(cfg, batch=2).exact
+    assert not dn.load_network(cfg, batch=2, exact=False).exact     # the argument wins
     monkeypatch.delenv("DARKNUMBA_EXACT")
-    net = dn.load_network(cfg, batch=2, compat="darknet-cpu", exact=False)
+    assert not dn.load_network(cfg, batch=2).exact
+    monkeypatch.setenv("DARKNUMBA_WINOGRAD", "0")
+    assert dn.load_network(cfg, batch=2).exact
+    monkeypatch.delenv("DARKNUMBA_WINOGRAD")
+    net = dn.load_network(cfg, batch=2, compat="darknet-cpu")
     net.predict(x)
     assert net.layers[0].winograd_weights is None
 
@@ -203,22 +209,28 @@ def test_transformed_filters_follow_the_weights(rng, tmp_path):
     agree()
 
 
-# -- the official yolov3-tiny weights on the sample photos -----------------------------------
+# -- the official yolov3-tiny and yolov4-tiny weights on the sample photos ---------------------
 
 @pytest.mark.slow
-def test_yolov3_tiny_detections_identical_on_the_photos():
+@pytest.mark.parametrize("name,layer", [("yolov3-tiny", 8), ("yolov4-tiny", 18)])
+def test_official_detections_identical_on_the_photos(name, layer, monkeypatch):
     """Every yolo output within 1e-3 of its scale, and the printed lines and boxes
-    identical, on every sample photo."""
+    identical, on every sample photo (`layer`: one the default path runs in Winograd)."""
+    from conftest import v4tiny_weights
+
     from darknumba.vision.detector import Detector, expand_images
-    weights = tiny_weights()
+    monkeypatch.delenv("DARKNUMBA_EXACT", raising=False)
+    monkeypatch.delenv("DARKNUMBA_WINOGRAD", raising=False)
+    weights = tiny_weights() if name == "yolov3-tiny" else v4tiny_weights()
     if not DATA.exists() or not expand_images([str(DATA)]):
         pytest.skip(f"sample photos not found at {DATA} (set DARKNUMBA_DATA)")
     photos = expand_images([str(DATA)])
-    cfg = ROOT / "cfg" / "yolov3-tiny.cfg"
-    runs = [Detector(cfg, weights, thresh=0.25, exact=e) for e in (True, False)]
-    assert runs[1].net.layers[8].winograd_weights is None            # not yet run
+    cfg = ROOT / "cfg" / f"{name}.cfg"
+    runs = [Detector(cfg, weights, thresh=0.25, exact=e) for e in (True, None)]
+    assert not runs[1].net.exact                                    # the default
+    assert runs[1].net.layers[layer].winograd_weights is None      # not yet run
     preds = [list(d.run(photos)) for d in runs]
-    assert runs[1].net.layers[8].winograd_weights is not None
+    assert runs[1].net.layers[layer].winograd_weights is not None
     assert all(l.winograd_weights is None for l in runs[0].net.layers if l.type == "convolutional")
     for pe, pf in zip(*preds, strict=True):
         assert pe.lines() == pf.lines(), pe.source
