@@ -48,16 +48,18 @@ def winograd_reference(x, wts, b, c, h, w, n, pad):
 
 
 def run_kernels(x, wts, b, c, h, w, n, pad):
-    """The filter transform, the two kernels and the 36 GEMMs as the layer runs them; the
-    output in a guarded buffer."""
+    """The filter transform, the two kernels (each in two ranges) and the 36 GEMMs as the layer
+    runs them; the output in a guarded buffer."""
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
     th, tw = tiles_of(oh, ow)
     U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
     V = np.full((36, c, b * th * tw), np.nan, np.float32)
-    winograd_input_cpu(x, b, c, h, w, pad, th, tw, V)
+    for c0, c1 in ((0, c // 2), (c // 2, c)):           # channel ranges, as threads take them
+        winograd_input_cpu(x, b, c, h, w, pad, th, tw, V, c0, c1)
     M = np.matmul(U, V)
     out, big = guarded(b * n * oh * ow, fill=np.nan)
-    winograd_output_cpu(M, b, n, oh, ow, th, tw, out)
+    for f0, f1 in ((0, n // 3), (n // 3, n)):
+        winograd_output_cpu(M, b, n, oh, ow, th, tw, out, f0, f1)
     assert guards_intact(big)
     return out, U, V
 
@@ -100,6 +102,27 @@ def test_check_can_fail(rng):
     wrong[5] += 0.01
     ref = naive.conv_forward(x, wrong, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     assert not np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("n,c,tiles", [(5, 7, 9), (24, 20, 64)])
+def test_gemms_dealt_out_to_threads_equal_one_stacked_matmul(rng, monkeypatch, n, c, tiles):
+    """winograd_gemms on threads (forced at any size) computes what numpy's stacked matmul
+    does, every product written."""
+    import darknumba.layers.conv_winograd as cw
+    monkeypatch.setattr(cw, "SPLIT_GEMMS_FROM", 0)
+    U = rng.standard_normal((36, n, c)).astype(np.float32)
+    V = rng.standard_normal((36, c, tiles)).astype(np.float32)
+    M = np.full((36, n, tiles), np.nan, np.float32)
+    cw.winograd_gemms(U, V, M)
+    np.testing.assert_allclose(M, np.matmul(U, V), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 36, 100])
+def test_on_threads_covers_every_index_once(n):
+    from darknumba.layers.conv_winograd import on_threads
+    hits = np.zeros(n, np.int64)
+    on_threads(lambda i0, i1: np.add.at(hits, np.arange(i0, i1), 1), n)
+    assert (hits == 1).all()
 
 
 # -- the layer: Winograd in test mode where eligible, the exact path otherwise ----------------

@@ -13,9 +13,9 @@ layer: layers/conv_winograd.py) and runs the 36 GEMMs in BLAS; these kernels do 
 output transforms. B^T and A^T are written out in _bt6 and _at6; tests/test_winograd.py holds
 the three matrices as a plain numpy reference.
 
-The kernels are serial: numba's parfor passes took 1.5-3 s more to compile each of them than
-the serial loops (4-5 s in all on a first run) for a parallel gain of a few tenths of a
-millisecond per layer; the 36 GEMMs beside them run on every core.
+The kernels are serial over a range of channels (filters), without the GIL: the layer runs
+ranges on several threads (layers/conv_winograd.py). Numba's parfor passes took 1.5-3 s more
+to compile each of them than the same serial loops.
 
 Layouts: x [batch x c x h x w], out [batch x n x out_h x out_w] (out_h = h + 2*pad - 2),
 V [36 x c x tiles], M [36 x n x tiles]; tiles are numbered (b, ty, tx), ty < ceil(out_h / 4),
@@ -61,9 +61,10 @@ def _at6(m0, m1, m2, m3, m4, m5):
             b + np.float32(8.0) * d + m5)
 
 
-@njit(cache=True)
-def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V):
-    """V[k1 * 6 + k2, ic, tile] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel.
+@njit(cache=True, nogil=True)
+def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, c0, c1):
+    """V[k1 * 6 + k2, ic, tile] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel
+    c0 <= ic < c1.
     Per channel and tile row, the six input rows under it go, zero-padded, into a strip split
     by column phase (strip[i, q, u] = padded column 4u + q), so that both passes run over
     contiguous memory: B^T down the columns (all tiles at once), then B along each tile's six
@@ -71,7 +72,7 @@ def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V):
     n_u = tw + 1
     strip = np.empty((6, 4, n_u), np.float32)
     col = np.empty((6, 4, n_u), np.float32)
-    for ic in range(c):
+    for ic in range(c0, c1):
         for b in range(batch):
             plane = (b * c + ic) * h * w
             for ty in range(th):
@@ -113,14 +114,15 @@ def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V):
                         V[k + 5, ic, t0 + tx] = v5
 
 
-@njit(cache=True)
-def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out):
-    """out[b, f] = the 4x4 output tiles A^T M A, cropped to out_h x out_w (the raw sums: the
-    caller applies the layer's biases or batch norm and activation). A^T runs first along each
-    tile's rows (contiguous runs of M over the tiles of a row), then down the columns."""
+@njit(cache=True, nogil=True)
+def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0, f1):
+    """out[b, f] for filters f0 <= f < f1 = the 4x4 output tiles A^T M A, cropped to out_h x
+    out_w (the raw sums: the caller applies the layer's biases or batch norm and activation).
+    A^T runs first along each tile's rows (contiguous runs of M over the tiles of a row), then
+    down the columns."""
     y6 = np.empty((6, 4, tw), np.float32)
     rows = np.empty((4, tw * 4), np.float32)
-    for f in range(n):
+    for f in range(f0, f1):
         for b in range(batch):
             plane = (b * n + f) * out_h * out_w
             for ty in range(th):
