@@ -1,6 +1,6 @@
 """Winograd F(4x4, 3x3) for a [convolutional] layer's test-mode forward (kernels/winograd.py):
-input transform, 36 GEMMs in one batched BLAS call, output transform; the layer then applies
-its biases or batch norm and activation as on the exact path.
+input transform, 36 GEMMs, output transform; the layer then applies its biases or batch norm
+and activation as on the exact path.
 
 Darknet has no such path: the results differ from im2col + GEMM by rounding (within ~1e-4 of
 the output's scale). It is the default for inference; the exact path stays for training, under
@@ -12,7 +12,8 @@ forward and kept; whatever changes the weights in place calls `weights_changed()
 or the network (update, load_weights, random_init and a train-mode forward do).
 
 The transforms run on numba's number of threads as Python threads calling GIL-free serial
-kernels over ranges of channels (filters); the 36 GEMMs of a layer too when they are large,
+kernels over ranges of channels (filters), not as numba prange kernels, whose parfor passes
+cost 1.5-3 s more of first-run compile each; the 36 GEMMs of a layer too when they are large,
 each thread running BLAS single-threaded, else in one stacked matmul (winograd_gemms).
 """
 from concurrent.futures import ThreadPoolExecutor
