@@ -2,7 +2,8 @@
 GFLOPS, per-layer profile, and the start-up of a second process with a warm numba cache.
 
     python bench/forward.py [--cfg cfg/yolov3-tiny.cfg] [--weights weights/yolov3-tiny.weights]
-                            [--batch 1] [--reps 20] [--profile] [--winograd] [--import-numpy-first]
+                            [--batch 1] [--reps 20] [--profile] [--exact | --winograd]
+                            [--import-numpy-first]
 
 --import-numpy-first imports numpy (and so its OpenBLAS) before darknumba, as most scripts do.
 """
@@ -42,9 +43,13 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--profile", action="store_true", help="print a per-layer time table")
-    ap.add_argument("--winograd", action="store_true",
-                    help="Winograd F(4x4,3x3) for the larger 3x3 convolutions (default: im2col "
-                         "+ GEMM for every one, as Darknet)")
+    path = ap.add_mutually_exclusive_group()
+    path.add_argument("--exact", action="store_true",
+                      help="im2col + GEMM for every convolution, as Darknet (default: the "
+                           "library's, Winograd F(4x4,3x3) for the larger 3x3 ones unless "
+                           "DARKNUMBA_EXACT=1)")
+    path.add_argument("--winograd", action="store_true",
+                      help="Winograd for the larger 3x3 convolutions, whatever the environment")
     ap.add_argument("--import-numpy-first", action="store_true",
                     help="import numpy before darknumba (darknumba must not depend on the order)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -57,7 +62,8 @@ def main():
     import numpy as np
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None
-    net = dn.load_network(args.cfg, weights, batch=args.batch, exact=False if args.winograd else None)
+    exact = True if args.exact else False if args.winograd else None
+    net = dn.load_network(args.cfg, weights, batch=args.batch, exact=exact)
     if weights is None:
         from darknumba.train.timing import unit_rolling_variance
         unit_rolling_variance(net)
@@ -91,6 +97,7 @@ def main():
     t = time.perf_counter()
     out = subprocess.run([sys.executable, __file__, "--child", "--cfg", args.cfg, "--weights",
                           args.weights, "--batch", str(args.batch)] + ["--winograd"] * args.winograd
+                         + ["--exact"] * args.exact
                          + ["--import-numpy-first"] * args.import_numpy_first,
                          capture_output=True, text=True,
                          check=True)

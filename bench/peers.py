@@ -3,7 +3,8 @@
     pip install -e '.[bench]'          # opencv-python-headless<5, torch (CPU)
     python bench/peers.py [--cfg cfg/yolov3-tiny.cfg,cfg/yolov4-tiny.cfg,cfg/yolov3.cfg]
                           [--size 416] [--rounds 5] [--reps 10] [--train-batch 8]
-                          [--import-numpy-first] [--winograd] [--darknet PATH/TO/darknet]
+                          [--import-numpy-first] [--exact | --winograd]
+                          [--darknet PATH/TO/darknet]
 
 Each peer runs in its own subprocess (so no two thread pools share a process); rounds
 alternate between peers; per network and mode the table gives min and median ms per image,
@@ -75,7 +76,8 @@ def _load(args, batch, weights=True):
     """The network at --size (if given); random weights when the weights file is missing."""
     import darknumba as dn
     w = args.weights if weights and os.path.exists(args.weights) else None
-    net = dn.load_network(args.cfg, w, batch=batch, exact=False if args.winograd else None)
+    exact = True if args.exact else False if args.winograd else None
+    net = dn.load_network(args.cfg, w, batch=batch, exact=exact)
     if w is None:
         from darknumba.train.timing import unit_rolling_variance
         unit_rolling_variance(net)
@@ -266,6 +268,8 @@ def run_worker(peer, mode, batch, args):
         cmd += ["--import-numpy-first"]
     if args.winograd:
         cmd += ["--winograd"]
+    if args.exact:
+        cmd += ["--exact"]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
@@ -365,8 +369,13 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--train-batch", type=int, default=8)
     ap.add_argument("--modes", default="infer,train")
-    ap.add_argument("--winograd", action="store_true",
-                    help="darknumba's inference with Winograd for the larger 3x3 convolutions")
+    path = ap.add_mutually_exclusive_group()
+    path.add_argument("--exact", action="store_true",
+                      help="darknumba's inference with im2col + GEMM for every convolution "
+                           "(default: the library's, Winograd for the larger 3x3 ones)")
+    path.add_argument("--winograd", action="store_true",
+                      help="darknumba's inference with Winograd for the larger 3x3 "
+                           "convolutions, whatever the environment")
     ap.add_argument("--import-numpy-first", action="store_true",
                     help="the darknumba worker imports numpy before darknumba")
     ap.add_argument("--darknet", default=None, help="path to a built C darknet executable")

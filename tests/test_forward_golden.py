@@ -29,7 +29,7 @@ def outputs(net) -> dict:
 @pytest.mark.parametrize("fixture,run", FIXTURES)
 def test_layer_outputs_match_darknet(fixture, run):
     data, manifest, cfg, weights = load_golden(fixture, run)
-    net = dn.load_network(cfg, weights)
+    net = dn.load_network(cfg, weights, exact=True)
     assert net.batch == manifest["net"]["batch"]
     for l, m in zip(net.layers, manifest["layers"], strict=True):
         assert (l.out_c, l.out_h, l.out_w, l.outputs) == (m["out_c"], m["out_h"], m["out_w"], m["outputs"]), \
@@ -54,7 +54,7 @@ def test_train_forward_updates_rolling_statistics():
 def test_yolov3_tiny_official_weights_on_dog():
     d = golden_dir("yolov3-tiny-detect")
     data = np.load(d / "dog" / "data.npz")
-    net = dn.load_network(d / "yolov3-tiny.cfg", tiny_weights(), batch=1)
+    net = dn.load_network(d / "yolov3-tiny.cfg", tiny_weights(), batch=1, exact=True)
     assert net.seen == 32013312
     net.forward(data["input"])
     check_tensors(outputs(net), data, 1e-4, "yolov3-tiny on dog.jpg")
@@ -62,7 +62,7 @@ def test_yolov3_tiny_official_weights_on_dog():
 
 def test_predict_returns_shaped_copy():
     data, manifest, cfg, weights = load_golden("cls-small", "forward_test")
-    net = dn.load_network(cfg, weights)
+    net = dn.load_network(cfg, weights, exact=True)
     y = net.predict(data["input"].reshape(net.batch, net.c, net.h, net.w))
     assert y.shape == (net.batch, net.output_layer().outputs)
     np.testing.assert_allclose(y.ravel(), data[f"L{net.n - 1:03d}_output"], rtol=1e-4, atol=1e-6)

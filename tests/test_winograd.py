@@ -1,22 +1,17 @@
 """Winograd F(4x4, 3x3) (kernels/winograd.py, layers/conv_winograd.py) against a plain numpy
 Winograd written from the three transform matrices, against the float64 convolution
 (tests/naive), and the layer's Winograd path against its exact im2col + GEMM path: on random
-weights, and on the official yolov3-tiny weights with the sample photos (detections identical)."""
+weights, and on the official yolov3-tiny and yolov4-tiny weights with the sample photos
+(detections identical)."""
+from types import SimpleNamespace
+
 import naive
 import numpy as np
 import pytest
 from conftest import DATA, ROOT, guarded, guards_intact, tiny_weights
 
-from darknumba.kernels.winograd import (
-    G,
-    tiles_of,
-    winograd_input_cpu,
-    winograd_output_cpu,
-    winograd_weights_cpu,
-)
-
-EMPTY = np.empty(0, np.float32)
-NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0)                # raw sums only
+from darknumba.kernels.winograd import tiles_of, winograd_input_cpu, winograd_output_cpu
+from darknumba.layers.conv_winograd import transformed_weights
 
 # Lavin & Gray's F(4x4, 3x3), interpolation points 0, 1, -1, 2, -2, inf
 BT = np.array([[4, 0, -5, 0, 1, 0], [0, -4, -4, 1, 1, 0], [0, 4, -4, -1, 1, 0],
@@ -52,18 +47,19 @@ def winograd_reference(x, wts, b, c, h, w, n, pad):
     return out[:, :, :oh, :ow].reshape(-1)
 
 
-def run_kernels(x, wts, b, c, h, w, n, pad, epilogue=NO_EPI):
-    """The three kernels and the 36 GEMMs as the layer runs them; the output in a guarded
-    buffer."""
+def run_kernels(x, wts, b, c, h, w, n, pad):
+    """The filter transform, the two kernels (each in two ranges) and the 36 GEMMs as the layer
+    runs them; the output in a guarded buffer."""
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
     th, tw = tiles_of(oh, ow)
-    U = np.full((36, n, c), np.nan, np.float32)
-    winograd_weights_cpu(wts, n, c, G, U)
+    U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
     V = np.full((36, c, b * th * tw), np.nan, np.float32)
-    winograd_input_cpu(x, b, c, h, w, pad, th, tw, V)
+    for c0, c1 in ((0, c // 2), (c // 2, c)):           # channel ranges, as threads take them
+        winograd_input_cpu(x, b, c, h, w, pad, th, tw, V, c0, c1)
     M = np.matmul(U, V)
     out, big = guarded(b * n * oh * ow, fill=np.nan)
-    winograd_output_cpu(M, b, n, oh, ow, th, tw, out, *epilogue)
+    for f0, f1 in ((0, n // 3), (n // 3, n)):
+        winograd_output_cpu(M, b, n, oh, ow, th, tw, out, f0, f1)
     assert guards_intact(big)
     return out, U, V
 
@@ -108,23 +104,25 @@ def test_check_can_fail(rng):
     assert not np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
 
 
-@pytest.mark.parametrize("act", [0, 3, 7])      # logistic, linear, leaky
-@pytest.mark.parametrize("bn", [False, True])
-def test_fused_epilogue_equals_the_separate_sweeps(rng, act, bn):
-    from darknumba.kernels.fused import batchnorm_bias_activate, bias_activate
-    b, c, h, w, n, pad = 2, 3, 9, 11, 6, 1
-    x, wts = case(rng, b, c, h, w, n)
-    raw, _, _ = run_kernels(x, wts, b, c, h, w, n, pad)
-    mean = rng.standard_normal(n).astype(np.float32)
-    div = rng.uniform(0.5, 2, n).astype(np.float32)
-    scales, biases = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
-    epi = (mean, div, scales, biases, act) if bn else (EMPTY, EMPTY, EMPTY, biases, act)
-    got, _, _ = run_kernels(x, wts, b, c, h, w, n, pad, epi)
-    if bn:
-        batchnorm_bias_activate(raw, mean, div, scales, biases, b, n, h * w, act)
-    else:
-        bias_activate(raw, biases, b, n, h * w, act)
-    np.testing.assert_array_equal(got, raw)
+@pytest.mark.parametrize("n,c,tiles", [(5, 7, 9), (24, 20, 64)])
+def test_gemms_dealt_out_to_threads_equal_one_stacked_matmul(rng, monkeypatch, n, c, tiles):
+    """winograd_gemms on threads (forced at any size) computes what numpy's stacked matmul
+    does, every product written."""
+    import darknumba.layers.conv_winograd as cw
+    monkeypatch.setattr(cw, "SPLIT_GEMMS_FROM", 0)
+    U = rng.standard_normal((36, n, c)).astype(np.float32)
+    V = rng.standard_normal((36, c, tiles)).astype(np.float32)
+    M = np.full((36, n, tiles), np.nan, np.float32)
+    cw.winograd_gemms(U, V, M)
+    np.testing.assert_allclose(M, np.matmul(U, V), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 36, 100])
+def test_on_threads_covers_every_index_once(n):
+    from darknumba.layers.conv_winograd import on_threads
+    hits = np.zeros(n, np.int64)
+    on_threads(lambda i0, i1: np.add.at(hits, np.arange(i0, i1), 1), n)
+    assert (hits == 1).all()
 
 
 # -- the layer: Winograd in test mode where eligible, the exact path otherwise ----------------
@@ -184,18 +182,23 @@ def test_exact_from_the_environment_and_compat(rng, tmp_path, monkeypatch):
     monkeypatch.delenv("DARKNUMBA_EXACT", raising=False)
     monkeypatch.delenv("DARKNUMBA_WINOGRAD", raising=False)
     net = dn.load_network(cfg, batch=2)
-    assert net.exact                            # the default: Darknet's im2col + GEMM
-    net.predict(x)
-    assert net.layers[0].winograd_weights is None
-    monkeypatch.setenv("DARKNUMBA_WINOGRAD", "1")
-    net = dn.load_network(cfg, batch=2)
-    assert not net.exact
+    assert not net.exact                        # the default: Winograd at inference
     net.predict(x)
     assert net.layers[0].winograd_weights is not None
-    monkeypatch.setenv("DARKNUMBA_EXACT", "1")  # exact wins over the request for Winograd
+    monkeypatch.setenv("DARKNUMBA_EXACT", "1")
+    net = dn.load_network(cfg, batch=2)
+    assert net.exact
+    net.predict(x)
+    assert net.layers[0].winograd_weights is None
+    monkeypatch.setenv("DARKNUMBA_WINOGRAD", "1")  # exact wins over the request for Winograd
     assert dn.load_network(cfg, batch=2).exact
+    assert not dn.load_network(cfg, batch=2, exact=False).exact     # the argument wins
     monkeypatch.delenv("DARKNUMBA_EXACT")
-    net = dn.load_network(cfg, batch=2, compat="darknet-cpu", exact=False)
+    assert not dn.load_network(cfg, batch=2).exact
+    monkeypatch.setenv("DARKNUMBA_WINOGRAD", "0")
+    assert dn.load_network(cfg, batch=2).exact
+    monkeypatch.delenv("DARKNUMBA_WINOGRAD")
+    net = dn.load_network(cfg, batch=2, compat="darknet-cpu")
     net.predict(x)
     assert net.layers[0].winograd_weights is None
 
@@ -229,22 +232,28 @@ def test_transformed_filters_follow_the_weights(rng, tmp_path):
     agree()
 
 
-# -- the official yolov3-tiny weights on the sample photos -----------------------------------
+# -- the official yolov3-tiny and yolov4-tiny weights on the sample photos ---------------------
 
 @pytest.mark.slow
-def test_yolov3_tiny_detections_identical_on_the_photos():
+@pytest.mark.parametrize("name,layer", [("yolov3-tiny", 8), ("yolov4-tiny", 18)])
+def test_official_detections_identical_on_the_photos(name, layer, monkeypatch):
     """Every yolo output within 1e-3 of its scale, and the printed lines and boxes
-    identical, on every sample photo."""
+    identical, on every sample photo (`layer`: one the default path runs in Winograd)."""
+    from conftest import v4tiny_weights
+
     from darknumba.vision.detector import Detector, expand_images
-    weights = tiny_weights()
+    monkeypatch.delenv("DARKNUMBA_EXACT", raising=False)
+    monkeypatch.delenv("DARKNUMBA_WINOGRAD", raising=False)
+    weights = tiny_weights() if name == "yolov3-tiny" else v4tiny_weights()
     if not DATA.exists() or not expand_images([str(DATA)]):
         pytest.skip(f"sample photos not found at {DATA} (set DARKNUMBA_DATA)")
     photos = expand_images([str(DATA)])
-    cfg = ROOT / "cfg" / "yolov3-tiny.cfg"
-    runs = [Detector(cfg, weights, thresh=0.25, exact=e) for e in (True, False)]
-    assert runs[1].net.layers[8].winograd_weights is None            # not yet run
+    cfg = ROOT / "cfg" / f"{name}.cfg"
+    runs = [Detector(cfg, weights, thresh=0.25, exact=e) for e in (True, None)]
+    assert not runs[1].net.exact                                    # the default
+    assert runs[1].net.layers[layer].winograd_weights is None      # not yet run
     preds = [list(d.run(photos)) for d in runs]
-    assert runs[1].net.layers[8].winograd_weights is not None
+    assert runs[1].net.layers[layer].winograd_weights is not None
     assert all(l.winograd_weights is None for l in runs[0].net.layers if l.type == "convolutional")
     for pe, pf in zip(*preds, strict=True):
         assert pe.lines() == pf.lines(), pe.source

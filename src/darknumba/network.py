@@ -93,11 +93,11 @@ def zero_delta(delta):
 
 
 def exact_from_env() -> bool:
-    """The exact im2col + GEMM path unless DARKNUMBA_WINOGRAD=1 asks for Winograd at inference;
-    DARKNUMBA_EXACT=1 wins over it."""
-    def on(name):
-        return os.environ.get(name, "") not in ("", "0")
-    return on("DARKNUMBA_EXACT") or not on("DARKNUMBA_WINOGRAD")
+    """Winograd for the eligible convolutions at inference, unless DARKNUMBA_EXACT=1 (or
+    DARKNUMBA_WINOGRAD=0) asks for the exact im2col + GEMM path everywhere; DARKNUMBA_EXACT
+    wins over DARKNUMBA_WINOGRAD=1."""
+    return (os.environ.get("DARKNUMBA_EXACT", "") not in ("", "0")
+            or os.environ.get("DARKNUMBA_WINOGRAD", "") == "0")
 
 
 class Network:
@@ -129,8 +129,9 @@ class Network:
         self.seen = 0
         self.t = 0
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
-        # True (the default): every convolution takes the exact im2col + GEMM path; False:
-        # Winograd for the eligible 3x3 ones in test mode (exact_from_env)
+        # False (the default): Winograd for the eligible 3x3 convolutions in test mode
+        # (layers/conv_winograd.py); True: every convolution takes the exact im2col + GEMM
+        # path (exact_from_env). Training and compat= modes are always exact
         self.exact = exact_from_env()
         self.dialect_reason = "the default"
         self.cfg_path = None

@@ -128,3 +128,27 @@ def apply_openblas_timeout() -> list[str]:
         lib.blas_thread_init()
         changed.append(path)
     return changed
+
+
+def blas_thread_local_setters() -> list:
+    """`openblas_set_num_threads_local` of every loaded OpenBLAS that has it (0.3.27 on): the
+    number of BLAS threads for calls made from the calling thread only; each returns the
+    previous number. Looked up once."""
+    global _LOCAL_SETTERS
+    if _LOCAL_SETTERS is None:
+        found = []
+        for path in loaded_libraries("openblas"):
+            try:
+                lib = ctypes.CDLL(path)
+            except OSError:
+                continue
+            if hasattr(lib, "openblas_set_num_threads_local"):
+                fn = lib.openblas_set_num_threads_local
+                fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
+                found.append(fn)
+        _LOCAL_SETTERS = found
+    return _LOCAL_SETTERS
+
+
+_LOCAL_SETTERS = None
+

@@ -8,20 +8,22 @@ Each 4x4 output tile is A^T [ (G g G^T) * (B^T d B) ] A, with d the 6x6 input ti
 (its origin 4 * tile - pad), g a 3x3 filter. Summed over the input channels, the elementwise
 product becomes, for each of the 36 positions k of the transformed tile, one matrix product:
 M[k] = U[k] @ V[k], U[k]: n x c (transformed filters), V[k]: c x tiles (transformed input
-tiles). The caller runs those 36 GEMMs in BLAS; these kernels do the transforms. B^T and A^T
-are written out in _bt6 and _at6; tests/test_winograd.py holds the three matrices as a plain
-numpy reference.
+tiles). The caller transforms the filters (one float64 GEMM with kron(G, G), made once per
+layer: layers/conv_winograd.py) and runs the 36 GEMMs in BLAS; these kernels do the input and
+output transforms. B^T and A^T are written out in _bt6 and _at6; tests/test_winograd.py holds
+the three matrices as a plain numpy reference.
 
-Layouts: x [batch x c x h x w], weights [n x c x 3 x 3], out [batch x n x out_h x out_w]
-(out_h = h + 2*pad - 2), U [36 x n x c], V [36 x c x tiles], M [36 x n x tiles]; tiles are
-numbered (b, ty, tx), ty < ceil(out_h / 4), tx < ceil(out_w / 4). Tiles that run past the
-output's edge are computed whole and cropped when written.
+The kernels are serial over a range of channels (filters), without the GIL: the layer runs
+ranges on several threads (layers/conv_winograd.py). Numba's parfor passes took 1.5-3 s more
+to compile each of them than the same serial loops.
+
+Layouts: x [batch x c x h x w], out [batch x n x out_h x out_w] (out_h = h + 2*pad - 2),
+V [36 x c x tiles], M [36 x n x tiles]; tiles are numbered (b, ty, tx), ty < ceil(out_h / 4),
+tx < ceil(out_w / 4). Tiles that run past the output's edge are computed whole and cropped when
+written.
 """
 import numpy as np
-from numba import njit, prange
-
-from .activations import activate_row
-from .fused import add_bias_row, normalize_scale_bias_row
+from numba import njit
 
 # the filter transform: 6 x 3
 G = np.array([[1 / 4, 0, 0],
@@ -37,30 +39,7 @@ def tiles_of(out_h, out_w):
     return -(-out_h // 4), -(-out_w // 4)
 
 
-@njit(parallel=True, cache=True)
-def winograd_weights_cpu(weights, n, c, G, U):
-    """U[k1 * 6 + k2, f, ic] = (G g G^T)[k1, k2] for filter f's channel ic, in float64
-    rounded once to float32 (G: the module's G)."""
-    alpha = G.shape[0]
-    for f in prange(n):
-        t = np.empty((alpha, 3))
-        for ic in range(c):
-            base = (f * c + ic) * 9
-            for a in range(alpha):
-                for j in range(3):
-                    s = 0.0
-                    for i in range(3):
-                        s += G[a, i] * np.float64(weights[base + i * 3 + j])
-                    t[a, j] = s
-            for a in range(alpha):
-                for b in range(alpha):
-                    s = 0.0
-                    for j in range(3):
-                        s += t[a, j] * G[b, j]
-                    U[a * alpha + b, f, ic] = np.float32(s)
-
-
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _bt6(d0, d1, d2, d3, d4, d5):
     """B^T d for one column d of six values (F(4x4, 3x3)'s input transform)."""
     return (np.float32(4.0) * d0 - np.float32(5.0) * d2 + d4,
@@ -71,7 +50,7 @@ def _bt6(d0, d1, d2, d3, d4, d5):
             np.float32(4.0) * d1 - np.float32(5.0) * d3 + d5)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _at6(m0, m1, m2, m3, m4, m5):
     """A^T m for one column m of six values (F(4x4, 3x3)'s output transform)."""
     a = m1 + m2
@@ -82,23 +61,26 @@ def _at6(m0, m1, m2, m3, m4, m5):
             b + np.float32(8.0) * d + m5)
 
 
-@njit(parallel=True, cache=True)
-def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V):
-    """V[k1 * 6 + k2, ic, tile] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel.
+@njit(cache=True, nogil=True)
+def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, c0, c1):
+    """V[k1 * 6 + k2, ic, tile] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel
+    c0 <= ic < c1.
     Per channel and tile row, the six input rows under it go, zero-padded, into a strip split
     by column phase (strip[i, q, u] = padded column 4u + q), so that both passes run over
     contiguous memory: B^T down the columns (all tiles at once), then B along each tile's six
     columns (phase q, tile u + q // 4), written for all tiles of the row in contiguous runs."""
     n_u = tw + 1
-    for ic in prange(c):
-        strip = np.empty((6, 4, n_u), np.float32)
-        col = np.empty((6, 4, n_u), np.float32)
+    strip = np.empty((6, 4, n_u), np.float32)
+    col = np.empty((6, 4, n_u), np.float32)
+    for ic in range(c0, c1):
         for b in range(batch):
             plane = (b * c + ic) * h * w
             for ty in range(th):
                 for i in range(6):
                     iy = ty * 4 - pad + i
-                    strip[i] = 0.0
+                    for q in range(4):
+                        for u in range(n_u):
+                            strip[i, q, u] = 0.0
                     if 0 <= iy < h:
                         src = plane + iy * w
                         for q in range(4):          # padded column 4u + q is input 4u + q - pad
@@ -132,20 +114,15 @@ def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V):
                         V[k + 5, ic, t0 + tx] = v5
 
 
-@njit(parallel=True, cache=True)
-def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, bn_mean, bn_divisor, scales,
-                        biases, act):
-    """out[b, f] = the 4x4 output tiles A^T M A, cropped to out_h x out_w; with `biases`
-    non-empty the layer's epilogue on each output row while it is in cache: act(((v -
-    bn_mean) / bn_divisor) * scales + biases) with batch norm (bn_mean non-empty), act(v +
-    biases) without (the operations of batchnorm_bias_activate / bias_activate, in their
-    order). A^T runs first along each tile's rows (contiguous runs of M over the tiles of a
-    row), then down the columns."""
-    epilogue = biases.size > 0
-    bn = bn_mean.size > 0
-    for f in prange(n):
-        y6 = np.empty((6, 4, tw), np.float32)
-        rows = np.empty((4, tw * 4), np.float32)
+@njit(cache=True, nogil=True)
+def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0, f1):
+    """out[b, f] for filters f0 <= f < f1 = the 4x4 output tiles A^T M A, cropped to out_h x
+    out_w (the raw sums: the caller applies the layer's biases or batch norm and activation).
+    A^T runs first along each tile's rows (contiguous runs of M over the tiles of a row), then
+    down the columns."""
+    y6 = np.empty((6, 4, tw), np.float32)
+    rows = np.empty((4, tw * 4), np.float32)
+    for f in range(f0, f1):
         for b in range(batch):
             plane = (b * n + f) * out_h * out_w
             for ty in range(th):
@@ -169,13 +146,6 @@ def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, bn_mean, bn_divi
                         rows[2, tx * 4 + q] = o2
                         rows[3, tx * 4 + q] = o3
                 for p in range(min(4, out_h - ty * 4)):
-                    dst = rows[p, :out_w]
-                    if epilogue:
-                        if bn:
-                            normalize_scale_bias_row(dst, bn_mean[f], bn_divisor[f], scales[f],
-                                                     biases[f])
-                        else:
-                            add_bias_row(dst, biases[f])
-                        activate_row(dst, act)
-                    y = ty * 4 + p
-                    out[plane + y * out_w:plane + (y + 1) * out_w] = dst
+                    dst = plane + (ty * 4 + p) * out_w
+                    for j in range(out_w):
+                        out[dst + j] = rows[p, j]

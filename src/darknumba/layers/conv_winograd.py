@@ -1,36 +1,33 @@
 """Winograd F(4x4, 3x3) for a [convolutional] layer's test-mode forward (kernels/winograd.py):
-input transform, 36 GEMMs in one batched BLAS call, output transform fused with the biases or
-batch norm and the activation.
+input transform, 36 GEMMs, output transform; the layer then applies its biases or batch norm
+and activation as on the exact path.
 
 Darknet has no such path: the results differ from im2col + GEMM by rounding (within ~1e-4 of
-the output's scale). It is asked for (load_network(..., exact=False), `--winograd`,
-DARKNUMBA_WINOGRAD=1); the exact path is the default, and always the path for training, under
-compat= (darknet-cpu) and in `compare`. Measured on 2 idle cores it saves 0-10 % of an
-inference (nothing on yolov3-tiny, most on yolov3) for 7-8 s more of first-run compile.
+the output's scale). It is the default for inference; the exact path stays for training, under
+compat= (darknet-cpu), in `compare`, and when asked for (load_network(..., exact=True),
+`--exact`, DARKNUMBA_EXACT=1).
 
 The transformed filters (36 x n x c, four times the weights) are made at the first test-mode
 forward and kept; whatever changes the weights in place calls `weights_changed()` on the layer
 or the network (update, load_weights, random_init and a train-mode forward do).
 
-Each of the 36 GEMMs of a layer wakes OpenBLAS's worker threads (im2col + GEMM: one GEMM per
-layer): on an idle machine that costs little, but when other processes compete for the cores
-every wake-up waits for one, and this path then slows down several times more than the exact
-one (measured here on 2 shared cores); `--exact` is the way out there.
+The transforms run on numba's number of threads as Python threads calling GIL-free serial
+kernels over ranges of channels (filters), not as numba prange kernels, whose parfor passes
+cost 1.5-3 s more of first-run compile each; the 36 GEMMs of a layer too when they are large,
+each thread running BLAS single-threaded, else in one stacked matmul (winograd_gemms).
 """
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 
-from ..kernels.winograd import (
-    G,
-    tiles_of,
-    winograd_input_cpu,
-    winograd_output_cpu,
-    winograd_weights_cpu,
-)
-from .activate import activate_output, epilogue_activation
+from ..kernels.winograd import G, tiles_of, winograd_input_cpu, winograd_output_cpu
+from ..thread_policy import blas_thread_local_setters
 from .base import scratch_of
-from .batchnorm import bn_divisor
 
-_NONE = np.empty(0, np.float32)
+# U[a * 6 + b] = sum over i, j of G[a, i] G[b, j] g[i, j]: the filter transform G g G^T of a
+# 3x3 filter g (row-major, 9 values) as one 36 x 9 matrix
+G_KRON = np.kron(G, G)
 
 # output tiles per image (4x4 pixels each) from which Winograd beats im2col + GEMM, measured here
 # on yolov3-tiny's, yolov4-tiny's and yolov3's layers: from 26x26 outputs on (7x7 tiles) it
@@ -42,6 +39,11 @@ WINOGRAD_MIN_TILES = 49
 # save (2x slower than im2col + GEMM). Thin layers the direct kernel takes (c*9 <= DIRECT_MAX_K,
 # convolutional.py) stay with it: at c = 16 it is as fast in CPU time and faster with 2 threads
 WINOGRAD_MIN_C = 16
+# n * c * tiles of a layer's GEMMs from which winograd_gemms deals them out to threads (below
+# it OpenBLAS runs each one on one thread anyway)
+SPLIT_GEMMS_FROM = 1 << 21
+# ranges of channels, filters or GEMMs per thread in on_threads
+TASKS_PER_THREAD = 4
 
 
 def winograd_eligible(l) -> bool:
@@ -61,29 +63,88 @@ def use_winograd(l, net) -> bool:
 
 
 def transformed_weights(l) -> np.ndarray:
-    """U = G g G^T for every filter and channel (36 x n x c), made once and kept on the layer."""
+    """U = G g G^T for every filter and channel (36 x n x c), in float64 rounded once to
+    float32 (one BLAS GEMM over all filters: no kernel to compile for a transform made once per
+    layer), made once and kept on the layer."""
     U = getattr(l, "winograd_weights", None)
     if U is None:
-        U = np.empty((36, l.n, l.c), np.float32)
-        winograd_weights_cpu(l.weights, l.n, l.c, G, U)
+        g = l.weights[:l.n * l.c * 9].reshape(l.n * l.c, 9).astype(np.float64)
+        U = (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c)
         l.winograd_weights = U
     return U
 
 
 def forward_winograd(l, net):
-    """l.output = act(bn(conv(net.input))) through F(4x4, 3x3), the epilogue in the output
-    transform's sweep."""
+    """l.output = conv(net.input) through F(4x4, 3x3), before the biases or batch norm."""
     th, tw = tiles_of(l.out_h, l.out_w)
     tiles = l.batch * th * tw
     scratch = scratch_of(net)
     V = scratch("winograd_V", 36 * l.c * tiles).reshape(36, l.c, tiles)
     M = scratch("winograd_M", 36 * l.n * tiles).reshape(36, l.n, tiles)
-    winograd_input_cpu(net.input, l.batch, l.c, l.h, l.w, l.pad, th, tw, V)
-    np.matmul(transformed_weights(l), V, out=M)
-    act = epilogue_activation(l, False)
-    if l.batch_normalize:
-        bn = (l.rolling_mean, bn_divisor(l, l.rolling_variance), l.scales)
-    else:
-        bn = (_NONE, _NONE, _NONE)
-    winograd_output_cpu(M, l.batch, l.n, l.out_h, l.out_w, th, tw, l.output, *bn, l.biases, act)
-    activate_output(l, False, act)
+    x, out = net.input, l.output
+    on_threads(lambda c0, c1: winograd_input_cpu(x, l.batch, l.c, l.h, l.w, l.pad, th, tw, V,
+                                                 c0, c1), l.c)
+    winograd_gemms(transformed_weights(l), V, M)
+    on_threads(lambda f0, f1: winograd_output_cpu(M, l.batch, l.n, l.out_h, l.out_w, th, tw,
+                                                  out, f0, f1), l.n)
+
+
+def on_threads(work, n):
+    """work(i0, i1) over [0, n) in TASKS_PER_THREAD ranges per thread, taken by this thread and
+    the helper threads from one shared iterator (a helper that does not get a core leaves its
+    ranges to the others); the ranges are disjoint, so each range's writes are its own."""
+    helpers = _helpers()
+    if helpers is None or n < 2:
+        work(0, n)
+        return
+    pool, n_helpers = helpers
+    step = -(-n // min(n, (n_helpers + 1) * TASKS_PER_THREAD))
+    tasks = iter(range(0, n, step))
+
+    def run():
+        for i in tasks:
+            work(i, min(n, i + step))
+    started = [pool.submit(run) for _ in range(n_helpers)]
+    run()
+    for f in started:
+        if not f.cancel():              # a helper that never started has nothing to finish
+            f.result()
+
+
+def winograd_gemms(U, V, M):
+    """M[k] = U[k] @ V[k] for the 36 k. numpy's stacked matmul makes 36 BLAS calls, each of
+    which wakes OpenBLAS's worker threads and waits for them: cheap on idle cores, but when
+    other processes compete for the cores every one of those waits is long (measured on 2
+    shared cores, medians per layer: 1.6-70x the time of what follows). Large GEMMs are
+    instead dealt out, GEMMS_PER_TASK at a time, on_threads, each thread running BLAS
+    single-threaded (openblas_set_num_threads_local): one wake-up per layer. Each product is
+    the same BLAS routine on the same operands either way."""
+    setters = blas_thread_local_setters()
+    if not setters or _helpers() is None or U.shape[1] * U.shape[2] * V.shape[2] < SPLIT_GEMMS_FROM:
+        np.matmul(U, V, out=M)
+        return
+    before = [f(1) for f in setters]
+    try:
+        on_threads(lambda k0, k1: np.matmul(U[k0:k1], V[k0:k1], out=M[k0:k1]), U.shape[0])
+    finally:
+        for f, n in zip(setters, before, strict=True):
+            f(n)
+
+
+def _one_blas_thread():
+    for f in blas_thread_local_setters():
+        f(1)
+
+
+def _helpers():
+    """(pool, its size): numba's thread count - 1 helper threads, each running BLAS
+    single-threaded, made at the first call; None with one thread."""
+    global _HELPERS
+    if _HELPERS is None:
+        n = numba.get_num_threads() - 1
+        _HELPERS = (ThreadPoolExecutor(n, thread_name_prefix="darknumba-winograd",
+                                       initializer=_one_blas_thread), n) if n > 0 else ()
+    return _HELPERS or None
+
+
+_HELPERS = None

@@ -171,8 +171,7 @@ class ConvolutionalLayer(Layer):
             return
         if use_winograd(self, net):
             forward_winograd(self, net)
-            return
-        if self.batch > 1 and self._batched(n):
+        elif self.batch > 1 and self._batched(n):
             self._forward_gemms_batched(net, m, k, n)
         else:
             self._forward_gemms_per_image(net, m, k, n, cg)

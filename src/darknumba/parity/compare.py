@@ -195,7 +195,8 @@ def read_truth(path, net) -> np.ndarray:
 
 def _load(cfg, weights, batch, perturb, log, dialect="pjreddie"):
     from ..parser import load_network
-    net = load_network(cfg, weights, batch=batch, compat="darknet-cpu", dialect=dialect)
+    net = load_network(cfg, weights, batch=batch, compat="darknet-cpu", dialect=dialect,
+                       exact=True)
     if perturb:
         msg = perturb_weight(net, perturb)
         if log:

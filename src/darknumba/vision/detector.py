@@ -284,7 +284,9 @@ class Detector:
     the cfg or in cfg/, else numbers); letterbox: keep the aspect ratio, else stretch (None:
     the dialect's rule: pjreddie letterboxes; AlexeyAB stretches unless [net] letter_box=1);
     ext_output: lines with AlexeyAB's box coordinates. An AlexeyAB network prints and orders
-    its records as AlexeyAB's draw_detections_v3. `log` receives notices (default: stderr)."""
+    its records as AlexeyAB's draw_detections_v3. `log` receives notices (default: stderr).
+    exact: True runs every convolution as im2col + GEMM (as Darknet), False lets the larger 3x3
+    ones take Winograd, None: load_network's default (Winograd unless DARKNUMBA_EXACT=1)."""
 
     def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float = 0.5,
                  nms: float = 0.45, hier: float = 0.5, names=None, letterbox: bool | None = None,
