@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+from contextlib import contextmanager
 
 ENV_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE", "OPENBLAS_THREAD_TIMEOUT": "4"}
 # OpenBLAS's own (unprefixed) entry points for: re-reading OPENBLAS_* variables, the timeout it
@@ -130,25 +131,45 @@ def apply_openblas_timeout() -> list[str]:
     return changed
 
 
-def blas_thread_local_setters() -> list:
-    """`openblas_set_num_threads_local` of every loaded OpenBLAS that has it (0.3.27 on): the
-    number of BLAS threads for calls made from the calling thread only; each returns the
-    previous number. Looked up once."""
-    global _LOCAL_SETTERS
-    if _LOCAL_SETTERS is None:
+def blas_thread_counts() -> list:
+    """(set, get) of the thread count of every loaded OpenBLAS that exports them (numpy's:
+    ``scipy_openblas_{set,get}_num_threads64_``), looked up once. The count is process-wide:
+    ``openblas_set_num_threads_local`` does not help here, since in the pthreads build numpy
+    ships it sets that same count (measured: set from one thread, every thread's calls run
+    single-threaded after)."""
+    global _THREAD_COUNTS
+    if _THREAD_COUNTS is None:
         found = []
         for path in loaded_libraries("openblas"):
             try:
                 lib = ctypes.CDLL(path)
             except OSError:
                 continue
-            if hasattr(lib, "openblas_set_num_threads_local"):
-                fn = lib.openblas_set_num_threads_local
-                fn.argtypes, fn.restype = [ctypes.c_int], ctypes.c_int
-                found.append(fn)
-        _LOCAL_SETTERS = found
-    return _LOCAL_SETTERS
+            for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"), ("openblas", "")):
+                set_n = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
+                get_n = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
+                if set_n is not None and get_n is not None:
+                    set_n.argtypes, get_n.restype = [ctypes.c_int], ctypes.c_int
+                    found.append((set_n, get_n))
+                    break
+        _THREAD_COUNTS = found
+    return _THREAD_COUNTS
 
 
-_LOCAL_SETTERS = None
+_THREAD_COUNTS = None
 
+
+@contextmanager
+def blas_single_threaded():
+    """Every loaded OpenBLAS on one thread for the duration, its count restored after: BLAS
+    calls made meanwhile from several threads each run in the thread that makes them. Only for
+    the thread that drives the work (the count is process-wide)."""
+    counts = blas_thread_counts()
+    before = [get_n() for _, get_n in counts]
+    for set_n, _ in counts:
+        set_n(1)
+    try:
+        yield
+    finally:
+        for (set_n, _), n in zip(counts, before, strict=True):
+            set_n(n)

@@ -22,7 +22,7 @@ import numba
 import numpy as np
 
 from ..kernels.winograd import G, tiles_of, winograd_input_cpu, winograd_output_cpu
-from ..thread_policy import blas_thread_local_setters
+from ..thread_policy import blas_single_threaded, blas_thread_counts
 from .base import scratch_of
 
 # U[a * 6 + b] = sum over i, j of G[a, i] G[b, j] g[i, j]: the filter transform G g G^T of a
@@ -39,6 +39,13 @@ WINOGRAD_MIN_TILES = 49
 # save (2x slower than im2col + GEMM). Thin layers the direct kernel takes (c*9 <= DIRECT_MAX_K,
 # convolutional.py) stay with it: at c = 16 it is as fast in CPU time and faster with 2 threads
 WINOGRAD_MIN_C = 16
+# multiply-adds (as BFLOPs, Darknet's count) from which it pays. Measured per layer in a
+# network's sequence (idle machine, medians of 30 forwards, Winograd / exact time): 0.8-1.2
+# BFLOPs 0.58-0.96 (yolov4-tiny layers 2, 10, 18, 35; yolov3-tiny 21), 3.4 BFLOPs 0.54-0.64
+# (yolov3 at 608), but 0.2-0.4 BFLOPs 0.86-1.42 (yolov3-tiny 4, 6, 8: 1.14-1.42; yolov4-tiny's
+# 26x26 and 52x52 ones with 64-128 channels: 0.99-1.27): the transforms' sweeps over the input
+# and output outweigh the multiply-adds saved
+WINOGRAD_MIN_BFLOPS = 0.6
 # n * c * tiles of a layer's GEMMs from which winograd_gemms deals them out to threads (below
 # it OpenBLAS runs each one on one thread anyway)
 SPLIT_GEMMS_FROM = 1 << 21
@@ -47,10 +54,11 @@ TASKS_PER_THREAD = 4
 
 
 def winograd_eligible(l) -> bool:
-    """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own) with outputs
-    large enough to pay (WINOGRAD_MIN_TILES)."""
+    """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own) large enough
+    to pay (WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_BFLOPS)."""
     if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
-            or l.share_layer is not None or l.c < WINOGRAD_MIN_C:
+            or l.share_layer is not None or l.c < WINOGRAD_MIN_C \
+            or l.bflops < WINOGRAD_MIN_BFLOPS:
         return False
     th, tw = tiles_of(l.out_h, l.out_w)
     return th * tw >= WINOGRAD_MIN_TILES
@@ -117,33 +125,24 @@ def winograd_gemms(U, V, M):
     other processes compete for the cores every one of those waits is long (measured on 2
     shared cores, medians per layer: 1.6-70x the time of what follows). Large GEMMs are
     instead dealt out, GEMMS_PER_TASK at a time, on_threads, each thread running BLAS
-    single-threaded (openblas_set_num_threads_local): one wake-up per layer. Each product is
+    single-threaded (blas_single_threaded): one wake-up per layer. Each product is
     the same BLAS routine on the same operands either way."""
-    setters = blas_thread_local_setters()
-    if not setters or _helpers() is None or U.shape[1] * U.shape[2] * V.shape[2] < SPLIT_GEMMS_FROM:
+    if (not blas_thread_counts() or _helpers() is None
+            or U.shape[1] * U.shape[2] * V.shape[2] < SPLIT_GEMMS_FROM):
         np.matmul(U, V, out=M)
         return
-    before = [f(1) for f in setters]
-    try:
+    with blas_single_threaded():
         on_threads(lambda k0, k1: np.matmul(U[k0:k1], V[k0:k1], out=M[k0:k1]), U.shape[0])
-    finally:
-        for f, n in zip(setters, before, strict=True):
-            f(n)
-
-
-def _one_blas_thread():
-    for f in blas_thread_local_setters():
-        f(1)
 
 
 def _helpers():
-    """(pool, its size): numba's thread count - 1 helper threads, each running BLAS
-    single-threaded, made at the first call; None with one thread."""
+    """(pool, its size): numba's thread count - 1 helper threads, made at the first call;
+    None with one thread."""
     global _HELPERS
     if _HELPERS is None:
         n = numba.get_num_threads() - 1
-        _HELPERS = (ThreadPoolExecutor(n, thread_name_prefix="darknumba-winograd",
-                                       initializer=_one_blas_thread), n) if n > 0 else ()
+        _HELPERS = (ThreadPoolExecutor(n, thread_name_prefix="darknumba-winograd"), n) \
+            if n > 0 else ()
     return _HELPERS or None
 
 
