@@ -36,25 +36,34 @@ def forward_maxpool_cpu(inp, batch, c, h, w, size, stride, pad, out_h, out_w, ou
         for n in range(max(0, -top), min(size, h - top)):
             cur_h = top + n
             row = in_base + cur_h * w
-            for m in range(max(0, -w_offset - (out_w - 1) * stride), min(size, w - w_offset)):
-                col0 = w_offset + m                    # input column of output column 0
-                j_lo, j_hi = valid_span(col0, stride, out_w, w)
-                if j_hi <= j_lo:
-                    continue
-                first = row + col0 + j_lo * stride
-                # slices (not computed indices) let the loop vectorise; selects, not branches
-                src = inp[first:first + (j_hi - j_lo - 1) * stride + 1:stride]
-                o = out_row[j_lo:j_hi]
-                ix = idx_row[j_lo:j_hi]
-                if want_indexes:
-                    for j in range(j_hi - j_lo):
-                        val = src[j]
-                        better = val > o[j]
-                        o[j] = val if better else o[j]
-                        ix[j] = np.int32(first + j * stride) if better else ix[j]
-                else:
-                    for j in range(j_hi - j_lo):
-                        o[j] = max(o[j], src[j])
+            _window_columns_max(inp, row, w_offset, stride, size, w, out_w, out_row, idx_row,
+                                want_indexes)
+
+
+@njit(cache=True, inline="always")
+def _window_columns_max(inp, row, off, stride, size, w, out_w, o_row, ix_row, want_indexes):
+    """o_row[j] = max(o_row[j], inp[row + off + j*stride + m]) over the window columns m
+    (0 <= m < size) inside the image, in Darknet's scan order; with want_indexes, ix_row[j]
+    the winner's index. Only the columns some output column sees inside the row are visited."""
+    for m in range(max(0, -off - (out_w - 1) * stride), min(size, w - off)):
+        col0 = off + m                          # input column of output column 0
+        j_lo, j_hi = valid_span(col0, stride, out_w, w)
+        if j_hi <= j_lo:
+            continue
+        first = row + col0 + j_lo * stride
+        # slices (not computed indices) let the loop vectorise; selects, not branches
+        src = inp[first:first + (j_hi - j_lo - 1) * stride + 1:stride]
+        o = o_row[j_lo:j_hi]
+        ix = ix_row[j_lo:j_hi]
+        if want_indexes:
+            for j in range(j_hi - j_lo):
+                val = src[j]
+                better = val > o[j]
+                o[j] = val if better else o[j]
+                ix[j] = np.int32(first + j * stride) if better else ix[j]
+        else:
+            for j in range(j_hi - j_lo):
+                o[j] = max(o[j], src[j])
 
 
 @njit(cache=True, inline="always")
@@ -66,21 +75,8 @@ def _maxpool_rows_plane(inp, p, h, w, size, stride, off, out_h, out_w, output, i
     ri[:] = -1
     for y in range(h):
         row = plane + y * w
-        r = rm[y * out_w:(y + 1) * out_w]
-        rix = ri[y * out_w:(y + 1) * out_w]
-        for m in range(max(0, -off - (out_w - 1) * stride), min(size, w - off)):
-            col0 = off + m                  # input column of output column 0
-            j_lo, j_hi = valid_span(col0, stride, out_w, w)
-            if j_hi <= j_lo:
-                continue
-            first = row + col0 + j_lo * stride
-            src = inp[first:first + (j_hi - j_lo - 1) * stride + 1:stride]
-            o = r[j_lo:j_hi]
-            ix = rix[j_lo:j_hi]
-            for j in range(j_hi - j_lo):
-                better = src[j] > o[j]
-                o[j] = src[j] if better else o[j]
-                ix[j] = np.int32(first + j * stride) if better else ix[j]
+        _window_columns_max(inp, row, off, stride, size, w, out_w,
+                            rm[y * out_w:(y + 1) * out_w], ri[y * out_w:(y + 1) * out_w], True)
     for i in range(out_h):
         o = output[(p * out_h + i) * out_w:(p * out_h + i + 1) * out_w]
         ix = indexes[(p * out_h + i) * out_w:(p * out_h + i + 1) * out_w]
