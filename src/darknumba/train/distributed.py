@@ -29,6 +29,7 @@ from ..errors import DarknumbaError
 from ..launcher import launched_ranks
 
 DEFAULT_TIMEOUT = 1800.0    # s; covers rank 0's checkpoint writes and -map runs between collectives
+ABORT_GRACE = 0.5           # s between printing why the job stops and MPI_Abort (see abort)
 STARTUP_TIMEOUT = 3600.0    # s; the first numba compilation of a large network on rank 0
 
 
@@ -119,8 +120,12 @@ class MPICommunicator(Communicator):
         self._wait(self.comm.Ibarrier(), what, timeout)
 
     def abort(self, code=1):
+        """Ends every rank. What this rank printed last (the reason) is flushed and given a
+        moment to pass through the launcher's output forwarding, which MPI_Abort tears down:
+        seen once under load, the job ended with the reason lost."""
         sys.stdout.flush()
         sys.stderr.flush()
+        time.sleep(ABORT_GRACE)
         self.comm.Abort(code)
 
 
