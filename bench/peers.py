@@ -31,6 +31,11 @@ import sys
 import time
 from pathlib import Path
 
+# the environment as this script found it: every peer's process starts from it, not from what
+# `import darknumba` here (for the random weights) adds (its thread-pool settings would reach
+# PyTorch's and OpenCV's OpenMP runtimes too)
+CLEAN_ENV = dict(os.environ)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -270,7 +275,7 @@ def run_worker(peer, mode, batch, args):
         cmd += ["--winograd"]
     if args.exact:
         cmd += ["--exact"]
-    out = subprocess.run(cmd, capture_output=True, text=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, env=CLEAN_ENV)
     if out.returncode != 0:
         return {"error": (out.stderr or out.stdout).strip().splitlines()[-1:]}
     return json.loads(out.stdout.strip().splitlines()[-1])

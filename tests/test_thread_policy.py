@@ -62,21 +62,25 @@ GOMP_FIRST = """
 import ctypes, json, os
 ctypes.CDLL({lib!r}, mode=ctypes.RTLD_GLOBAL)   # numba's own libgomp, loaded by someone else
 import darknumba, numba
-print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ["OMP_WAIT_POLICY"],
+print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ.get("OMP_WAIT_POLICY"),
+                  "spin": os.environ.get("GOMP_SPINCOUNT"),
                   "env": os.environ.get("NUMBA_THREADING_LAYER")}}))
 """
 
 
-@pytest.mark.parametrize("user_env,layer", [({}, "workqueue"), ({"OMP_WAIT_POLICY": "PASSIVE"}, "default")])
-def test_early_system_libgomp_moves_numba_off_openmp(user_env, layer):
+@pytest.mark.parametrize("user_env,layer,wait,spin", [
+    ({}, "workqueue", None, thread_policy.OMP_WAIT_DEFAULTS["GOMP_SPINCOUNT"]),
+    ({"OMP_WAIT_POLICY": "PASSIVE"}, "default", "PASSIVE", None)])
+def test_early_system_libgomp_moves_numba_off_openmp(user_env, layer, wait, spin):
     """The libgomp numba links was loaded (and read its environment) before darknumba: numba's
     OpenMP would spin, so darknumba picks numba's workqueue layer, unless the user had set the
-    wait policy themselves."""
+    wait policy themselves (then darknumba adds no GOMP_SPINCOUNT, which would override it)."""
     lib = ctypes.util.find_library("gomp")
     if lib is None:
         pytest.skip("no libgomp on this system")
     r = run(GOMP_FIRST.format(lib=lib), **user_env)
-    assert r == {"layer": layer, "wait": "PASSIVE", "env": None}   # child processes unaffected
+    # NUMBA_THREADING_LAYER is not set: child processes unaffected
+    assert r == {"layer": layer, "wait": wait, "spin": spin, "env": None}
 
 
 TORCH_FIRST = """
@@ -103,7 +107,7 @@ print(json.dumps({"layer": numba.threading_layer(), "torch_gomp_ran_it": int(out
 
 def test_torch_first_numba_openmp_runs_on_its_own_libgomp():
     """torch's libgomp is in the global scope first (it read the environment before darknumba
-    set OMP_WAIT_POLICY): numba's parallel regions still run on numba's own libgomp."""
+    set GOMP_SPINCOUNT): numba's parallel regions still run on numba's own libgomp."""
     import importlib.util
     if importlib.util.find_spec("torch") is None:
         pytest.skip("torch is not installed")
