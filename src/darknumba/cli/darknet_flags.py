@@ -25,6 +25,9 @@ def _ignored(flag: str, why: str, value=bool):
 DontShow = Annotated[bool, typer.Option(
     "-dont_show", help="Darknet's -dont_show: accepted; no window is ever shown (files such as "
                        "chart.png and predictions.png are written as usual)")]
+ExtOutput = Annotated[bool, typer.Option(
+    "--ext-output", "-ext_output", help="print each box's left_x, top_y, width, height "
+                                        "(AlexeyAB's -ext_output)")]
 IgnoredExtOutput = _ignored("-ext_output", "this command prints no boxes")
 IgnoredMap = _ignored("-map", "only `detector train` measures mAP as it goes")
 IgnoredClear = _ignored("-clear", "only training counts the images seen")

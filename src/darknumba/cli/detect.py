@@ -17,6 +17,7 @@ from typing import Annotated, Optional
 import typer
 
 from ..errors import DataError
+from .darknet_flags import DontShow, ExtOutput
 from .options import DialectOption, ExactOption, not_nan
 
 DEFAULT_CFG = "cfg/yolov3-tiny.cfg"
@@ -195,11 +196,8 @@ def detect(
                                      "letter_box=1)", show_default=False)] = None,
     letter_box: Annotated[bool, typer.Option(
         "-letter_box", help="AlexeyAB's flag: letterbox (as --letterbox)")] = False,
-    ext_output: Annotated[bool, typer.Option(
-        "--ext-output", "-ext_output", help="print each box's left_x, top_y, width, height "
-                                            "(AlexeyAB's -ext_output)")] = False,
-    dont_show: Annotated[bool, typer.Option(
-        "-dont_show", help="accepted for Darknet commands; no window is ever shown")] = False,
+    ext_output: ExtOutput = False,
+    dont_show: DontShow = False,
     dialect: DialectOption = None,
     exact: ExactOption = None,
 ):

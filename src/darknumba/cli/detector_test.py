@@ -11,7 +11,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from .darknet_flags import DontShow, IgnoredClear, IgnoredMap
+from .darknet_flags import DontShow, ExtOutput, IgnoredClear, IgnoredMap
 from .detect import run_detection, warn
 from .options import DialectOption, ExactOption, not_nan
 
@@ -38,9 +38,7 @@ def detector_test(
     json_out: Annotated[Optional[str], typer.Option(
         "--json", help="write one JSON line per image to this file ('-': stdout, instead of "
                        "the text lines and predictions.png)", show_default=False)] = None,
-    ext_output: Annotated[bool, typer.Option(
-        "--ext-output", "-ext_output", help="print each box's left_x, top_y, width, height "
-                                            "(AlexeyAB's -ext_output)")] = False,
+    ext_output: ExtOutput = False,
     letter_box: Annotated[bool, typer.Option(
         "-letter_box", help="AlexeyAB's flag: letterbox the image to the network")] = False,
     dont_show: DontShow = False,
