@@ -99,9 +99,8 @@ class RouteLayer(Layer):
         """Source k's part is already where forward would copy it: share_outputs made one of
         the two arrays a view of the other, and it still is (a deep copy or a pickle of the
         network keeps the identities but gives every array memory of its own)."""
-        if src is self.lent[k]:
-            return np.may_share_memory(src, self.output)
-        return src is self.viewed and np.may_share_memory(src, self.output)
+        return ((src is self.lent[k] or src is self.viewed)
+                and np.may_share_memory(src, self.output))
 
     def backward(self, net):
         """backward_route_layer: adds each slice of delta back into its source layer's delta
