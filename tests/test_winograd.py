@@ -59,7 +59,7 @@ def run_kernels(x, wts, b, c, h, w, n, pad):
     M = np.matmul(U, V)
     out, big = guarded(b * n * oh * ow, fill=np.nan)
     for f0, f1 in ((0, n // 3), (n // 3, n)):
-        winograd_output_cpu(M, b, n, oh, ow, th, tw, out, f0, f1)
+        winograd_output_cpu(M, b, n, oh, ow, th, tw, out, f0, f1, False)
     assert guards_intact(big)
     return out, U, V
 
@@ -102,6 +102,38 @@ def test_check_can_fail(rng):
     wrong[5] += 0.01
     ref = naive.conv_forward(x, wrong, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     assert not np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
+
+
+def input_gradient(x, wts, delta, dx, b, c, h, w, n, pad, flipped=None):
+    """backward_input_winograd on a stand-in layer: dx += the input gradient."""
+    from darknumba.layers.conv_winograd import backward_input_winograd
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    l = SimpleNamespace(batch=b, c=c, h=h, w=w, n=n, out_h=oh, out_w=ow, pad=pad, weights=wts,
+                        delta=delta, winograd_weights_flipped=flipped)
+    backward_input_winograd(l, SimpleNamespace(delta=dx, scratch=None))
+    return l
+
+
+@pytest.mark.parametrize("b,c,h,w,n,pad", [s for s in SHAPES if s[1] * s[4] * s[2] < 2000])
+def test_input_gradient_is_the_convolution_backward(rng, b, c, h, w, n, pad):
+    """dx += W^T delta folded back (the float64 loops of tests/naive), added to what dx held,
+    nothing written outside it; a changed rotated filter is caught by the same check."""
+    x, wts = case(rng, b, c, h, w, n)
+    oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
+    delta = rng.standard_normal(b * n * oh * ow).astype(np.float32)
+    _, ref = naive.conv_backward(x, wts, delta, b, c, h, w, n, 3, 1, pad, 1)
+    before = rng.standard_normal(b * c * h * w).astype(np.float32)
+    dx, big = guarded(b * c * h * w, fill=0.0)
+    dx[:] = before
+    l = input_gradient(x, wts, delta, dx, b, c, h, w, n, pad)
+    assert guards_intact(big)
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(dx - before, ref, rtol=0, atol=2e-5 * scale)
+    wrong = l.winograd_weights_flipped.copy()
+    wrong[7, c - 1, n - 1] += 0.05 * np.abs(wrong).max()
+    dx[:] = before
+    input_gradient(x, wts, delta, dx, b, c, h, w, n, pad, flipped=wrong)
+    assert not np.allclose(dx - before, ref, rtol=0, atol=2e-5 * scale)
 
 
 @pytest.mark.parametrize("n,c,tiles", [(5, 7, 9), (24, 20, 64)])
@@ -192,10 +224,29 @@ def test_layer_winograd_within_1e4_of_exact(rng, tmp_path, bn):
     for le, lf in zip(exact.layers[:4], fast.layers[:4]):
         assert rel_diff(lf.output, le.output) < 1e-4
     assert rel_diff(got, want) < 1e-4
-    # train mode takes the exact path: the same floats
+
+
+@pytest.mark.parametrize("bn", [0, 1])
+def test_training_winograd_within_1e4_of_exact(rng, tmp_path, bn):
+    """Train mode: the eligible layers' forward and input gradient through Winograd, their
+    weight gradient exact; outputs, deltas and weight_updates within 1e-4 of the exact path's
+    (layer 0's input gradient too: the network's delta is asked for)."""
+    exact, fast = nets(small_cfg(tmp_path, bn))
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, fast.outputs)).astype(np.float32)
-    np.testing.assert_array_equal(fast.forward(x, train=True, truth=truth),
-                                  exact.forward(x, train=True, truth=truth))
+    dx = {}
+    for net in (exact, fast):
+        net.forward(x, train=True, truth=truth)
+        dx[net] = np.zeros(x.size, np.float32)
+        net.backward(dx[net])
+    assert [l.winograd_weights_flipped is not None for l in fast.layers[:4]] == \
+        [True, True, False, False]
+    assert all(l.winograd_weights_flipped is None for l in exact.layers[:4])
+    for le, lf in zip(exact.layers[:4], fast.layers[:4]):
+        for name in ("output", "delta", "weight_updates", "bias_updates"):
+            assert rel_diff(getattr(lf, name), getattr(le, name)) < 1e-4, name
+    assert rel_diff(dx[fast], dx[exact]) < 1e-4
+    assert np.abs(dx[exact]).max() > 0
 
 
 def test_exact_from_the_environment_and_compat(rng, tmp_path, monkeypatch):
@@ -288,3 +339,46 @@ def test_official_detections_identical_on_the_photos(name, layer, monkeypatch):
     for le, lf in zip(runs[0].net.layers, runs[1].net.layers):
         if le.type == "yolo":
             assert rel_diff(lf.output, le.output) < 1e-3
+
+
+def test_training_takes_the_exact_option(tmp_path, monkeypatch):
+    """detector train's --exact/--winograd reach the network (TrainOptions.exact); unset, the
+    environment decides."""
+    from typer.testing import CliRunner
+
+    from darknumba.cli import app
+    from darknumba.train.detector import TrainOptions, training_network
+    monkeypatch.delenv("DARKNUMBA_EXACT", raising=False)
+    monkeypatch.delenv("DARKNUMBA_WINOGRAD", raising=False)
+    cfg = str(small_cfg(tmp_path))
+    assert training_network(cfg, TrainOptions(exact=True), print).exact
+    assert not training_network(cfg, TrainOptions(exact=False), print).exact
+    assert not training_network(cfg, TrainOptions(), print).exact
+    monkeypatch.setenv("DARKNUMBA_EXACT", "1")
+    assert training_network(cfg, TrainOptions(), print).exact
+    assert not training_network(cfg, TrainOptions(exact=False), print).exact
+    out = CliRunner().invoke(app, ["detector", "train", "--help"], terminal_width=200).output
+    assert "--exact" in out and "--winograd" in out
+
+
+@pytest.mark.parametrize("exact", [True, False])
+def test_an_image_gives_the_same_outputs_in_any_slot_of_any_batch(rng, tmp_path, exact):
+    """At inference every image's convolutions are its own GEMMs (Winograd's too): the same
+    floats alone at batch 1 as in slot 1 or 2 of a batch of 3 (OpenBLAS may sum a column of one
+    long product in another order, depending on where it falls)."""
+    import darknumba as dn
+    from darknumba.train.timing import unit_rolling_variance
+    x = rng.uniform(0, 1, (3, 20, 30, 30)).astype(np.float32)
+    nets_by_batch = {}
+    for batch in (1, 3):
+        net = dn.load_network(small_cfg(tmp_path), batch=batch, exact=exact)
+        unit_rolling_variance(net)
+        nets_by_batch[batch] = net
+    one, three = nets_by_batch[1], nets_by_batch[3]
+    three.predict(x)
+    together = [l.output.reshape(3, -1).copy() for l in three.layers]
+    for slot in (1, 2):
+        one.predict(x[slot:slot + 1])
+        for i, l in enumerate(one.layers):
+            np.testing.assert_array_equal(l.output.ravel(), together[i][slot], err_msg=f"layer {i}")
+    assert (one.layers[0].winograd_weights is not None) == (not exact)

@@ -93,7 +93,7 @@ def zero_delta(delta):
 
 
 def exact_from_env() -> bool:
-    """Winograd for the eligible convolutions at inference, unless DARKNUMBA_EXACT=1 (or
+    """Winograd for the eligible convolutions, unless DARKNUMBA_EXACT=1 (or
     DARKNUMBA_WINOGRAD=0) asks for the exact im2col + GEMM path everywhere; DARKNUMBA_EXACT
     wins over DARKNUMBA_WINOGRAD=1."""
     return (os.environ.get("DARKNUMBA_EXACT", "") not in ("", "0")
@@ -129,9 +129,9 @@ class Network:
         self.seen = 0
         self.t = 0
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode
-        # False (the default): Winograd for the eligible 3x3 convolutions in test mode
-        # (layers/conv_winograd.py); True: every convolution takes the exact im2col + GEMM
-        # path (exact_from_env). Training and compat= modes are always exact
+        # False (the default): Winograd for the eligible 3x3 convolutions' forward and, in
+        # training, their input gradient (layers/conv_winograd.py); True: every convolution
+        # takes the exact im2col + GEMM path (exact_from_env). compat= modes are always exact
         self.exact = exact_from_env()
         self.dialect_reason = "the default"
         self.cfg_path = None

@@ -261,10 +261,10 @@ def load_network(cfg, weights=None, batch: int | None = None, compat: str | None
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
     batch/subdivisions (x time_steps: the cfg's, or these). Weights holding NaN or Inf give
-    one WeightsWarning naming the layers. exact=False lets test-mode 3x3 convolutions take
-    Winograd; True keeps every one on im2col + GEMM, as Darknet computes them; None: the
-    environment decides (Winograd unless DARKNUMBA_EXACT=1). Training and compat= are always
-    exact."""
+    one WeightsWarning naming the layers. exact=False lets the large 3x3 stride-1
+    convolutions take Winograd (their forward and, in training, their input gradient); True
+    keeps every one on im2col + GEMM, as Darknet computes them; None: the environment decides
+    (Winograd unless DARKNUMBA_EXACT=1). compat= is always exact."""
     from .weights import describe_nonfinite, load_weights, nonfinite_layers, peek_version
     net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
                             dialect=dialect, time_steps=time_steps,

@@ -10,7 +10,7 @@ import typer
 
 from .darknet_flags import DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut
 from .detector import detector_app
-from .options import CheckEveryOption, DialectOption, MpiTimeoutOption, SyncBnOption, not_nan
+from .options import CheckEveryOption, DialectOption, ExactOption, MpiTimeoutOption, SyncBnOption, not_nan
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
@@ -46,6 +46,7 @@ def train(data: DataArg, cfg: CfgArg,
           compat: Annotated[str | None, typer.Option(
               help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
                    "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+          exact: ExactOption = None,
           sync_bn: SyncBnOption = False,
           check_every: CheckEveryOption = 100,
           mpi_timeout: MpiTimeoutOption = None,
@@ -70,7 +71,7 @@ def train(data: DataArg, cfg: CfgArg,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
                         map_epochs=map_epochs, map_thresh=map_thresh, compat=check_compat(compat),
-                        dialect=dialect)
+                        dialect=dialect, exact=exact)
     result = run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
                           mpi_timeout)
     if result["interrupted"]:

@@ -115,9 +115,10 @@ def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, c0, c1):
 
 
 @njit(cache=True, nogil=True)
-def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0, f1):
-    """out[b, f] for filters f0 <= f < f1 = the 4x4 output tiles A^T M A, cropped to out_h x
-    out_w (the raw sums: the caller applies the layer's biases or batch norm and activation).
+def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0, f1, accumulate):
+    """out[b, f] for filters f0 <= f < f1 = (or, with `accumulate`, +=) the 4x4 output tiles
+    A^T M A, cropped to out_h x out_w (the raw sums: the caller applies the layer's biases or
+    batch norm and activation).
     A^T runs first along each tile's rows (contiguous runs of M over the tiles of a row), then
     down the columns."""
     y6 = np.empty((6, 4, tw), np.float32)
@@ -147,5 +148,9 @@ def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0, f1):
                         rows[3, tx * 4 + q] = o3
                 for p in range(min(4, out_h - ty * 4)):
                     dst = plane + (ty * 4 + p) * out_w
-                    for j in range(out_w):
-                        out[dst + j] = rows[p, j]
+                    if accumulate:
+                        for j in range(out_w):
+                            out[dst + j] += rows[p, j]
+                    else:
+                        for j in range(out_w):
+                            out[dst + j] = rows[p, j]

@@ -1,15 +1,18 @@
-"""Winograd F(4x4, 3x3) for a [convolutional] layer's test-mode forward (kernels/winograd.py):
-input transform, 36 GEMMs, output transform; the layer then applies its biases or batch norm
-and activation as on the exact path.
+"""Winograd F(4x4, 3x3) for a [convolutional] layer (kernels/winograd.py): its forward
+(input transform, 36 GEMMs, output transform; the layer then applies its biases or batch norm
+and activation as on the exact path) and, in training, its input gradient (the same
+convolution of the delta with the rotated, transposed filters); the weight gradient stays
+im2col + GEMM.
 
 Darknet has no such path: the results differ from im2col + GEMM by rounding (within ~1e-4 of
-the output's scale). It is the default for inference; the exact path stays for training, under
-compat= (darknet-cpu), in `compare`, and when asked for (load_network(..., exact=True),
+the output's scale). It is the default, for inference and training; the exact path stays
+under compat= (darknet-cpu), in `compare`, and when asked for (load_network(..., exact=True),
 `--exact`, DARKNUMBA_EXACT=1).
 
-The transformed filters (36 x n x c, four times the weights) are made at the first test-mode
-forward and kept; whatever changes the weights in place calls `weights_changed()` on the layer
-or the network (update, load_weights, random_init and a train-mode forward do).
+The transformed filters (36 x n x c, four times the weights; in training also the rotated
+ones) are made at the first forward (backward) that needs them and kept; whatever changes the
+weights in place calls `weights_changed()` on the layer or the network (update, load_weights,
+random_init and a train-mode forward do).
 
 The transforms run on numba's number of threads as Python threads calling GIL-free serial
 kernels over ranges of channels (filters), not as numba prange kernels, whose parfor passes
@@ -65,8 +68,9 @@ def winograd_eligible(l) -> bool:
 
 
 def use_winograd(l, net) -> bool:
-    """Winograd for this forward: test mode, not exact, not under a compat mode, eligible."""
-    return (not net.train and not getattr(net, "exact", False) and l.quirks.compat is None
+    """Winograd for this layer's forward and, in training, its input gradient: not exact, not
+    under a compat mode, eligible."""
+    return (not getattr(net, "exact", False) and l.quirks.compat is None
             and winograd_eligible(l))
 
 
@@ -82,6 +86,19 @@ def transformed_weights(l) -> np.ndarray:
     return U
 
 
+def transformed_flipped_weights(l) -> np.ndarray:
+    """The filters of the input gradient's convolution (each 3x3 filter rotated by 180 degrees,
+    input and output channels swapped), transformed as in transformed_weights: 36 x c x n."""
+    U = getattr(l, "winograd_weights_flipped", None)
+    if U is None:
+        # rot180 of a row-major 3x3 filter is its nine values reversed
+        g = l.weights[:l.n * l.c * 9].reshape(l.n * l.c, 9)[:, ::-1].astype(np.float64)
+        U = np.ascontiguousarray(
+            (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c).transpose(0, 2, 1))
+        l.winograd_weights_flipped = U
+    return U
+
+
 def forward_winograd(l, net):
     """l.output = conv(net.input) through F(4x4, 3x3), before the biases or batch norm."""
     th, tw = tiles_of(l.out_h, l.out_w)
@@ -92,9 +109,35 @@ def forward_winograd(l, net):
     x, out = net.input, l.output
     on_threads(lambda c0, c1: winograd_input_cpu(x, l.batch, l.c, l.h, l.w, l.pad, th, tw, V,
                                                  c0, c1), l.c)
-    winograd_gemms(transformed_weights(l), V, M)
+    U = transformed_weights(l)
+    if net.train:
+        winograd_gemms(U, V, M)
+    else:
+        # at inference one image's tiles at a time: its outputs must not depend on its slot
+        # in the batch (BATCH_GEMM_MAX_N in convolutional.py)
+        per = th * tw
+        for b in range(l.batch):
+            winograd_gemms(U, V[:, :, b * per:(b + 1) * per], M[:, :, b * per:(b + 1) * per])
     on_threads(lambda f0, f1: winograd_output_cpu(M, l.batch, l.n, l.out_h, l.out_w, th, tw,
-                                                  out, f0, f1), l.n)
+                                                  out, f0, f1, False), l.n)
+
+
+def backward_input_winograd(l, net):
+    """net.delta += the input gradient of l: l.delta convolved with the rotated, transposed
+    filters (transformed_flipped_weights) at padding 2 - pad, through F(4x4, 3x3). Darknet
+    computes it as W^T @ delta folded back with col2im: the same sums in another order."""
+    th, tw = tiles_of(l.h, l.w)
+    tiles = l.batch * th * tw
+    scratch = scratch_of(net)
+    V = scratch("winograd_V", 36 * l.n * tiles).reshape(36, l.n, tiles)
+    M = scratch("winograd_M", 36 * l.c * tiles).reshape(36, l.c, tiles)
+    d, dx = l.delta, net.delta
+    pad = 2 - l.pad
+    on_threads(lambda f0, f1: winograd_input_cpu(d, l.batch, l.n, l.out_h, l.out_w, pad, th, tw,
+                                                 V, f0, f1), l.n)
+    winograd_gemms(transformed_flipped_weights(l), V, M)
+    on_threads(lambda c0, c1: winograd_output_cpu(M, l.batch, l.c, l.h, l.w, th, tw, dx, c0, c1,
+                                                  True), l.c)
 
 
 def on_threads(work, n):

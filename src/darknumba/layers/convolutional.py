@@ -28,7 +28,7 @@ from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scra
 from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
-from .conv_winograd import forward_winograd, use_winograd
+from .conv_winograd import backward_input_winograd, forward_winograd, use_winograd
 from .memory import zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
@@ -45,7 +45,10 @@ DIRECT_MAX_K = 160
 # nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
 # GEMM per image, which is as fast there and writes each image's output straight into place
 # instead of transposing the batch's m x batch x n result (measured here: yolov3-tiny layers 4
-# and 6 at batch 8)
+# and 6 at batch 8). Training only: at inference every image gets a GEMM of its own, as in
+# Darknet, so that an image's outputs do not depend on its slot in the batch or on the batch
+# size (OpenBLAS sums a column of a longer product in another order when it falls in the
+# kernel's tail block: seen on AVX2 machines, as last-digit differences in detections)
 BATCH_GEMM_MAX_N = 2048
 
 
@@ -64,6 +67,7 @@ class ConvolutionalLayer(Layer):
     output_can_be_view = True
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
     winograd_weights = None       # 36 x n x c Winograd filters, made when first needed
+    winograd_weights_flipped = None   # 36 x c x n, those of the input gradient (training)
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
                  batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1, stride_y=None):
@@ -171,7 +175,7 @@ class ConvolutionalLayer(Layer):
             return
         if use_winograd(self, net):
             forward_winograd(self, net)
-        elif self.batch > 1 and self._batched(n):
+        elif self.batch > 1 and self._batched(n) and net.train:
             self._forward_gemms_batched(net, m, k, n)
         else:
             self._forward_gemms_per_image(net, m, k, n, cg)
@@ -265,10 +269,15 @@ class ConvolutionalLayer(Layer):
             net.delta[:self.batch * self.inputs] = 0.0
         if self._direct_thin():
             self._backward_direct(net)
-        elif self._batched(n):
-            self._backward_gemms_batched(net, m, k, n)
+            return
+        # the input gradient of a Winograd layer is a Winograd convolution too (conv_winograd.py)
+        winograd_dx = net.delta is not None and use_winograd(self, net)
+        if self._batched(n):
+            self._backward_gemms_batched(net, m, k, n, not winograd_dx)
         else:
-            self._backward_gemms_per_image(net, m, k, n, cg)
+            self._backward_gemms_per_image(net, m, k, n, cg, not winograd_dx)
+        if winograd_dx:
+            backward_input_winograd(self, net)
 
     def _backward_direct(self, net):
         """Thin stride-1 convolution: weight gradient straight from input and delta; the input
@@ -282,17 +291,18 @@ class ConvolutionalLayer(Layer):
         conv3x3_direct(self.delta, self.batch, self.n, self.out_h, self.out_w, flipped, self.c,
                        2 - self.pad, net.delta, accumulate=True)
 
-    def _backward_gemms_batched(self, net, m, k, n):
+    def _backward_gemms_batched(self, net, m, k, n, input_grad=True):
         """The weight and input gradients of up to `bc` images in one GEMM each: the images'
         columns side by side (k x bc*n), their deltas likewise (m x bc*n). One long reduction
-        instead of one short GEMM (and an m x k temporary) per image."""
+        instead of one short GEMM (and an m x k temporary) per image. Without `input_grad`
+        only the weight gradient."""
         bc = max(1, min(self.batch, BATCH_COLUMNS // (k * n)))
         direct = self._direct_1x1()
         weights = self.weights.reshape(m, k)
         dw_t = scratch_of(net)("conv_dw_t", k * m).reshape(k, m)
         x = net.input[:self.batch * self.inputs].reshape(self.batch, self.inputs)
         dx = net.delta[:self.batch * self.inputs].reshape(self.batch, self.inputs) \
-            if net.delta is not None else None
+            if net.delta is not None and input_grad else None
         for b0 in range(0, self.batch, bc):
             nb = min(bc, self.batch - b0)
             d = scratch_of(net)("conv_delta_cols", m * nb * n).reshape(m, nb, n)
@@ -315,9 +325,9 @@ class ConvolutionalLayer(Layer):
             else:
                 dx[b0:b0 + nb, :k * n] += col.transpose(1, 0, 2).reshape(nb, k * n)
 
-    def _backward_gemms_per_image(self, net, m, k, n, cg):
-        """Grouped convolutions: per image and group, weight_updates += delta @ col^T and the
-        input gradient W^T @ delta folded back with col2im."""
+    def _backward_gemms_per_image(self, net, m, k, n, cg, input_grad=True):
+        """Grouped convolutions and large maps: per image and group, weight_updates += delta @
+        col^T and (with `input_grad`) the input gradient W^T @ delta folded back with col2im."""
         direct = self._direct_1x1()
         beta_in = 0.0 if self.quirks.delta_overwrite_1x1 else 1.0
         ws = net.workspace
@@ -332,7 +342,7 @@ class ConvolutionalLayer(Layer):
                     im2col_layer(self, im, cg, ws)
                     col = ws[:k * n]
                 gemm(0, 1, m, k, n, 1.0, d, col, 1.0, self.weight_updates[g * m * k:][:m * k])
-                if net.delta is None:
+                if net.delta is None or not input_grad:
                     continue
                 a = self.weights[g * m * k:][:m * k]
                 imd = net.delta[off:][:cg * self.h * self.w]
@@ -356,7 +366,7 @@ class ConvolutionalLayer(Layer):
     def weights_changed(self):
         """Drop what was derived from the weights (the Winograd filters, conv_winograd.py):
         called by whatever writes them in place."""
-        self.winograd_weights = None
+        self.winograd_weights = self.winograd_weights_flipped = None
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):

@@ -63,6 +63,8 @@ class TrainOptions:
     partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     clear: bool = False            # reset seen to 0 (fine-tuning)
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
+    exact: bool | None = None      # True: every convolution as im2col + GEMM; False: Winograd
+                                   # for the large 3x3 ones; None: DARKNUMBA_EXACT decides
     dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2               # loader threads
@@ -136,6 +138,8 @@ def training_network(cfgfile, opts, log, batch=None):
         log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
     if opts.clear:
         net.seen = 0
+    if getattr(opts, "exact", None) is not None:
+        net.exact = opts.exact
     if opts.max_batches is not None:
         net.max_batches = opts.max_batches
     return net
