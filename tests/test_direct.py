@@ -123,6 +123,7 @@ def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
     runs = []
     for limit in (convolutional.DIRECT_MAX_K, 0):
         monkeypatch.setattr(convolutional, "DIRECT_MAX_K", limit)
+        monkeypatch.setattr(convolutional, "DIRECT_MAX_K_FEW_FILTERS", limit)
         net = dn.parse_network_cfg(str(cfg), seed=3)
         assert net.layers[1]._direct_thin() == (limit > 0)
         cost = net.train_datum(x, truth)
@@ -138,3 +139,28 @@ def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
     # rolling variance after one step is 1% of the batch's: normalising by it magnifies the
     # float32 rounding of the two paths' sums tenfold
     np.testing.assert_allclose(pred_d, pred_g, rtol=2e-4, atol=1e-5 * np.abs(pred_g).max())
+
+
+def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_path):
+    """32 input channels (K = 288): direct with 32 filters, im2col + GEMM with 64; the direct
+    layer's training step and test-mode output as the GEMM path's."""
+    import darknumba as dn
+    from darknumba.layers import convolutional
+    cfg = tmp_path / "few.cfg"
+    conv = "[convolutional]\nbatch_normalize=1\nfilters={}\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+    cfg.write_text("[net]\nbatch=2\nwidth=9\nheight=8\nchannels=32\nlearning_rate=0.01\n"
+                   + conv.format(32) + conv.format(64) + "[cost]\ntype=sse\n")
+    net = dn.parse_network_cfg(str(cfg), seed=1)
+    assert [l._direct_thin() for l in net.layers[:2]] == [True, False]
+    x = rng.uniform(0, 1, (2, 32, 8, 9)).astype(np.float32)
+    truth = rng.uniform(0, 1, (2, 64 * 8 * 9)).astype(np.float32)
+    runs = []
+    for few in (convolutional.DIRECT_MAX_K_FEW_FILTERS, 0):
+        monkeypatch.setattr(convolutional, "DIRECT_MAX_K_FEW_FILTERS", few)
+        net = dn.parse_network_cfg(str(cfg), seed=1)
+        assert net.layers[0]._direct_thin() == (few > 0)
+        net.train_datum(x, truth)
+        runs.append([a.copy() for a in (net.layers[0].output, net.layers[0].delta,
+                                        net.layers[0].weights, net.predict(x))])
+    for d, g in zip(*runs, strict=True):
+        np.testing.assert_allclose(d, g, rtol=1e-4, atol=1e-5 * np.abs(g).max())

@@ -40,6 +40,12 @@ BATCH_COLUMNS = 1 << 24
 # wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
 # training) and loses from K = 288 on, where BLAS runs near its peak
 DIRECT_MAX_K = 160
+# ... except for few filters: a GEMM of M <= 32 rows runs far from the BLAS peak, and the direct
+# kernel wins up to K = 288 (measured on a 2-core AMD EPYC, AVX2: yolov4-tiny's 32 -> 32
+# layers 4 and 5 at 104x104, 0.77-0.79x forward, 0.81-0.83x forward+backward at batch 8;
+# with 64 filters, yolov3-tiny's layer 4, it loses: 1.13x)
+DIRECT_MAX_K_FEW_FILTERS = 288
+FEW_FILTERS = 32
 
 # maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
 # nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
@@ -115,7 +121,8 @@ class ConvolutionalLayer(Layer):
         """A thin stride-1 convolution computed directly (see DIRECT_MAX_K); same sums as the
         GEMM path up to float32 rounding of their order."""
         return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
-                and not self.ext and self.c * 9 <= DIRECT_MAX_K)
+                and not self.ext and (self.c * 9 <= DIRECT_MAX_K or (
+                    self.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and self.n <= FEW_FILTERS)))
 
     def _batched(self, n) -> bool:
         """The whole batch in one GEMM (see BATCH_GEMM_MAX_N)."""
