@@ -183,15 +183,15 @@ def test_small_layers_keep_the_exact_path_at_the_real_threshold():
     assert taken == [2, 10, 18, 35]
 
 def small_cfg(tmp_path, bn=1):
-    """20 -> 24 (pad 1, 30x30: 64 tiles), 24 -> 20 (pad 0, 28x28: 49 tiles), a strided 3x3 and
-    a 14x14 one (not eligible)."""
+    """20 -> 40 (pad 1, 30x30: 64 tiles), 40 -> 36 (pad 0, 28x28: 49 tiles), a strided 3x3 and
+    a 14x14 one (not eligible). More than 32 filters: fewer go to the direct kernel."""
     cfg = tmp_path / "w.cfg"
     conv = "[convolutional]\nbatch_normalize={bn}\nfilters={n}\nsize=3\nstride={s}\npad={p}\n" \
            "activation={a}\n"
     cfg.write_text("[net]\nbatch=2\nwidth=30\nheight=30\nchannels=20\nlearning_rate=0.01\n"
                    "momentum=0.9\ndecay=0.0005\n"
-                   + conv.format(bn=bn, n=24, s=1, p=1, a="leaky")
-                   + conv.format(bn=0, n=20, s=1, p=0, a="linear")
+                   + conv.format(bn=bn, n=40, s=1, p=1, a="leaky")
+                   + conv.format(bn=0, n=36, s=1, p=0, a="linear")
                    + conv.format(bn=bn, n=8, s=2, p=1, a="logistic")
                    + conv.format(bn=bn, n=4, s=1, p=1, a="leaky")
                    + "[cost]\ntype=sse\n")
