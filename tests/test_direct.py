@@ -24,45 +24,13 @@ def test_direct_forward_matches_float64_convolution(rng, b, c, h, w, n, pad):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     out = np.full(b * n * (h + 2 * pad - 2) * (w + 2 * pad - 2), np.nan, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI, 1)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI)
     ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
     before = rng.standard_normal(out.size).astype(np.float32)
     acc = before.copy()
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, acc, True, *NO_EPI, 1)   # adds into what is there
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, acc, True, *NO_EPI)   # adds into what is there
     np.testing.assert_allclose(acc, before + ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-
-
-# stride 2: odd and even widths and heights (the last input column used or not), pads 0..2,
-# outputs of one pixel, a first layer's 3 channels over a long row
-SHAPES_S2 = [(2, 3, 7, 5, 4, 1), (1, 2, 8, 9, 7, 1), (3, 2, 5, 4, 9, 0), (2, 1, 3, 3, 1, 2),
-             (1, 4, 3, 3, 5, 0), (2, 3, 4, 70, 8, 1), (1, 2, 9, 33, 6, 2), (1, 3, 6, 6, 4, 2),
-             (1, 3, 2, 2, 3, 1), (1, 3, 11, 416, 32, 1)]
-
-
-@pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES_S2)
-def test_direct_stride_2_matches_float64_convolution(rng, b, c, h, w, n, pad):
-    """Stride 2 against the float64 convolution, nothing written outside the output, the
-    fused test-mode epilogue as the separate sweep."""
-    from conftest import guarded, guards_intact
-
-    from darknumba.kernels.fused import batchnorm_bias_activate
-    x = rng.standard_normal(b * c * h * w).astype(np.float32)
-    wts = rng.standard_normal(n * c * 9).astype(np.float32)
-    oh, ow = (h + 2 * pad - 3) // 2 + 1, (w + 2 * pad - 3) // 2 + 1
-    out, big = guarded(b * n * oh * ow, fill=np.nan)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI, 2)
-    assert guards_intact(big)
-    ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 2, pad, 1).ravel()
-    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
-    mean, scales, biases = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
-    var = rng.uniform(0.5, 2, n).astype(np.float32)
-    got = np.empty_like(out)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, mean, var, scales, biases, 7,
-                       EMPTY, EMPTY, 2)
-    want = out.copy()
-    batchnorm_bias_activate(want, mean, var, scales, biases, b, n, oh * ow, 7)
-    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
 
 
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
@@ -78,7 +46,7 @@ def test_direct_gradients_match_naive_backward(rng, b, c, h, w, n, pad):
     flipped = np.empty_like(wts)
     flip_weights(wts, n, c, 3, flipped)
     dx = np.zeros(x.size, np.float32)
-    conv3x3_direct_cpu(delta, b, n, oh, ow, flipped, c, 2 - pad, dx, True, *NO_EPI, 1)
+    conv3x3_direct_cpu(delta, b, n, oh, ow, flipped, c, 2 - pad, dx, True, *NO_EPI)
     np.testing.assert_allclose(dx, dx_ref, rtol=1e-5, atol=1e-5 * np.abs(dx_ref).max())
 
 
@@ -88,11 +56,10 @@ def test_direct_batch_statistics_equal_a_separate_sweep(rng):
     x = (rng.standard_normal(b * c * h * w) + 3).astype(np.float32)     # a mean to subtract
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     raw = np.empty(b * n * h * w, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, raw, False, *NO_EPI, 1)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, raw, False, *NO_EPI)
     got = np.empty_like(raw)
     m, v = np.zeros(n, np.float32), np.zeros(n, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, EMPTY, EMPTY, EMPTY, EMPTY, 0, m, v,
-                       1)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, EMPTY, EMPTY, EMPTY, EMPTY, 0, m, v)
     np.testing.assert_array_equal(got, raw)                  # the raw sums are kept
     ref = raw.astype(np.float64).reshape(b, n, -1).transpose(1, 0, 2).reshape(n, -1)
     np.testing.assert_allclose(m, ref.mean(1), rtol=1e-6, atol=1e-7)
@@ -110,17 +77,17 @@ def test_direct_fused_epilogues_equal_the_separate_sweeps(rng, act):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     raw = np.empty(b * n * h * w, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, raw, False, *NO_EPI, 1)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, raw, False, *NO_EPI)
     mean, scales, biases = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
     var = rng.uniform(0.5, 2, n).astype(np.float32)
     got = np.empty_like(raw)
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, mean, var, scales, biases, act,
-                       EMPTY, EMPTY, 1)
+                       EMPTY, EMPTY)
     ref = raw.copy()
     batchnorm_bias_activate(ref, mean, var, scales, biases, b, n, h * w, act)
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, EMPTY, EMPTY, EMPTY, biases, act,
-                       EMPTY, EMPTY, 1)
+                       EMPTY, EMPTY)
     ref = raw.copy()
     bias_activate(ref, biases, b, n, h * w, act)
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
@@ -132,7 +99,7 @@ def test_direct_check_can_fail(rng):
     x = rng.standard_normal(b * c * h * w).astype(np.float32)
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
     out = np.empty(b * n * h * w, np.float32)
-    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI, 1)
+    conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI)
     wrong = wts.copy()
     wrong[5] += 0.01
     ref = naive.conv_forward(x, wrong, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
@@ -175,8 +142,9 @@ def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
 
 
 def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_path):
-    """32 input channels (K = 288): direct with 32 filters, im2col + GEMM with 64; the direct
-    layer's training step and test-mode output as the GEMM path's."""
+    """32 input channels (K = 288), in training: direct with 32 filters, im2col + GEMM with 64
+    (and at inference, and under compat=); the direct layer's training step and test-mode
+    output as the GEMM path's."""
     import darknumba as dn
     from darknumba.layers import convolutional
     cfg = tmp_path / "few.cfg"
@@ -184,50 +152,19 @@ def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_pa
     cfg.write_text("[net]\nbatch=2\nwidth=9\nheight=8\nchannels=32\nlearning_rate=0.01\n"
                    + conv.format(32) + conv.format(64) + "[cost]\ntype=sse\n")
     net = dn.parse_network_cfg(str(cfg), seed=1)
-    assert [l._direct_thin() for l in net.layers[:2]] == [True, False]
+    assert [l._direct_thin(True) for l in net.layers[:2]] == [True, False]
+    assert [l._direct_thin() for l in net.layers[:2]] == [False, False]       # inference
     compat = dn.parse_network_cfg(str(cfg), seed=1, compat="darknet-cpu")   # C's sums' order
-    assert [l._direct_thin() for l in compat.layers[:2]] == [False, False]
+    assert [l._direct_thin(True) for l in compat.layers[:2]] == [False, False]
     x = rng.uniform(0, 1, (2, 32, 8, 9)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, 64 * 8 * 9)).astype(np.float32)
     runs = []
     for few in (convolutional.DIRECT_MAX_K_FEW_FILTERS, 0):
         monkeypatch.setattr(convolutional, "DIRECT_MAX_K_FEW_FILTERS", few)
         net = dn.parse_network_cfg(str(cfg), seed=1)
-        assert net.layers[0]._direct_thin() == (few > 0)
+        assert net.layers[0]._direct_thin(True) == (few > 0)
         net.train_datum(x, truth)
         runs.append([a.copy() for a in (net.layers[0].output, net.layers[0].delta,
                                         net.layers[0].weights, net.predict(x))])
-    for d, g in zip(*runs, strict=True):
-        np.testing.assert_allclose(d, g, rtol=1e-4, atol=1e-5 * np.abs(g).max())
-
-
-@pytest.mark.parametrize("bn", [0, 1])
-def test_strided_layer_direct_forward_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
-    """A thin 3x3 stride-2 layer (a first layer over RGB) and a second one: forward by the
-    direct kernel, backward by im2col + GEMM; one training step and the test-mode output as
-    the im2col + GEMM path's, the input gradient included."""
-    import darknumba as dn
-    from darknumba.layers import convolutional
-    cfg = tmp_path / "s2.cfg"
-    conv = ("[convolutional]\nbatch_normalize={}\nfilters={}\nsize=3\nstride=2\npad=1\n"
-            "activation=leaky\n")
-    cfg.write_text("[net]\nbatch=2\nwidth=13\nheight=10\nchannels=3\nlearning_rate=0.01\n"
-                   "momentum=0.9\ndecay=0.0005\n" + conv.format(bn, 6) + conv.format(bn, 5)
-                   + "[cost]\ntype=sse\n")
-    x = rng.uniform(0, 1, (2, 3, 10, 13)).astype(np.float32)
-    truth = rng.uniform(0, 1, (2, 5 * 3 * 4)).astype(np.float32)    # 13x10 -> 7x5 -> 4x3
-    runs = []
-    for limit in (convolutional.DIRECT_MAX_K, 0):
-        monkeypatch.setattr(convolutional, "DIRECT_MAX_K", limit)
-        net = dn.parse_network_cfg(str(cfg), seed=3)
-        assert [l._direct_strided() for l in net.layers[:2]] == [limit > 0] * 2
-        compat = dn.parse_network_cfg(str(cfg), seed=3, compat="darknet-cpu")
-        assert not any(l._direct_strided() for l in compat.layers[:2])
-        net.forward(x, train=True, truth=truth)
-        dx = np.zeros(x.size, np.float32)
-        net.backward(dx)
-        net.update()
-        runs.append([a.copy() for l in net.layers[:2] for a in (l.output, l.delta, l.weights)]
-                    + [dx, net.predict(x).copy()])
     for d, g in zip(*runs, strict=True):
         np.testing.assert_allclose(d, g, rtol=1e-4, atol=1e-5 * np.abs(g).max())

@@ -1,4 +1,4 @@
-"""Direct 3x3 convolution (stride 1; stride 2 forward only) for thin layers (few input channels, e.g. a network's first
+"""Direct 3x3 stride-1 convolution for thin layers (few input channels, e.g. a network's first
 convolution over RGB), where im2col + GEMM is bound by memory: the column matrix is 9x the
 image and the GEMM's K (c*9) is too short for BLAS to reach its peak.
 
@@ -39,41 +39,16 @@ def _fill_strip(strip, x, b, c, h, w, y, size, pad):
 
 
 @njit(cache=True, inline="always")
-def _fill_strip_s2(strip, x, b, c, h, w, y, pad, half):
-    """Stride 2: strip[ic, ky, :half] = the even columns of padded input row 2y + ky - pad of
-    channel ic, strip[ic, ky, half:] its odd ones (padded column p is input column p - pad),
-    so that the three taps of output column j, padded columns 2j, 2j + 1 and 2j + 2, are
-    strip[.., j], strip[.., half + j] and strip[.., j + 1]: contiguous runs over j."""
-    strip[...] = 0.0
-    e0 = pad % 2                         # the first input column at an even padded column
-    o0 = 1 - e0
-    se, so = (e0 + pad) // 2, (o0 + pad) // 2
-    ne = max(0, min((w - e0 + 1) // 2, half - se))
-    no = max(0, min((w - o0 + 1) // 2, half - so))
-    for ic in range(c):
-        for ky in range(3):
-            iy = 2 * y + ky - pad
-            if 0 <= iy < h:
-                base = ((b * c + ic) * h + iy) * w
-                for k in range(ne):
-                    strip[ic, ky, se + k] = x[base + e0 + 2 * k]
-                for k in range(no):
-                    strip[ic, ky, half + so + k] = x[base + o0 + 2 * k]
-
-
-@njit(cache=True, inline="always")
-def _taps4(a0, a1, a2, a3, strip, weights, K, oc0, c, out_w, o1, o2):
-    """a_q += the 3x3 convolution of the strip with filter oc0 + q, for q = 0..3 (the taps of
-    kernel column 0, 1, 2 start at strip offsets 0, o1, o2: 1 and 2 at stride 1, see
-    _fill_strip_s2 at stride 2). One statement takes a whole kernel row (three taps), so each
-    accumulator is loaded and stored once per three multiply-adds and each strip value feeds
-    twelve."""
+def _taps4(a0, a1, a2, a3, strip, weights, K, oc0, c, out_w):
+    """a_q += the 3x3 convolution of the strip with filter oc0 + q, for q = 0..3. One statement
+    takes a whole kernel row (three taps), so each accumulator is loaded and stored once per
+    three multiply-adds and each strip value feeds twelve."""
     for ic in range(c):
         for ky in range(3):
             srow = strip[ic, ky]
             s0 = srow[0:out_w]
-            s1 = srow[o1:o1 + out_w]
-            s2 = srow[o2:o2 + out_w]
+            s1 = srow[1:out_w + 1]
+            s2 = srow[2:out_w + 2]
             p = oc0 * K + (ic * 3 + ky) * 3          # filter oc0 + q's row at p + q*K
             w00, w01, w02 = weights[p], weights[p + 1], weights[p + 2]
             p += K
@@ -116,9 +91,8 @@ def _chan(n_a, m_a, m2_a, n_b, m_b, m2_b):
 
 @njit(parallel=True, cache=True, fastmath={"contract"})
 def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_mean, bn_divisor,
-                       scales, biases, act, stats_mean, stats_variance, stride):
-    """out = conv(x, weights) (or out += with accumulate): 3x3, stride 1 or 2, zero padding
-    `pad`.
+                       scales, biases, act, stats_mean, stats_variance):
+    """out = conv(x, weights) (or out += with accumulate): 3x3, stride 1, zero padding `pad`.
 
     The layer's next sweep is done on each row while it is in cache (empty arrays switch a
     part off):
@@ -129,14 +103,11 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
     - stats_mean non-empty: the per-filter batch mean and unbiased variance of the raw sums,
       two passes over each row in float64, rows combined with Chan's formula (as
       mean_variance_cpu computes them): the training batch norm's statistics."""
-    out_h = (h + 2 * pad - 3) // stride + 1
-    out_w = (w + 2 * pad - 3) // stride + 1
+    out_h = h + 2 * pad - 2
+    out_w = w + 2 * pad - 2
     K = c * 9
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    half = out_w + 1                          # stride 2: columns per phase of the strip
-    o1, o2 = (1, 2) if stride == 1 else (half, 1)
-    strip_w = w + 2 * pad if stride == 1 else 2 * half
     tail = np.zeros(4 * K, np.float32)        # the last n % 4 filters and zero filters
     tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
     stats = stats_mean.size > 0
@@ -145,23 +116,19 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
     # per task and filter: (count, mean, M2) of the rows it produced
     moments = np.zeros((tasks if stats else 0, n, 3))
     for task in prange(tasks):
-        strip = np.empty((c, 3, strip_w), np.float32)
+        strip = np.empty((c, 3, w + 2 * pad), np.float32)
         acc = np.empty((4, out_w), np.float32)
         for by in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
             b = by // out_h
             y = by % out_h
-            if stride == 1:
-                _fill_strip(strip, x, b, c, h, w, y, 3, pad)
-            else:
-                _fill_strip_s2(strip, x, b, c, h, w, y, pad, half)
+            _fill_strip(strip, x, b, c, h, w, y, 3, pad)
             for oc0 in range(0, n, 4):
                 q_n = min(4, n - oc0)
                 acc[...] = 0.0
                 if q_n == 4:
-                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, weights, K, oc0, c, out_w,
-                           o1, o2)
+                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, weights, K, oc0, c, out_w)
                 else:         # the last n % 4 filters, padded with zero filters to four
-                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, tail, K, 0, c, out_w, o1, o2)
+                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, tail, K, 0, c, out_w)
                 for q in range(q_n):
                     f = oc0 + q
                     row = acc[q]
@@ -298,7 +265,7 @@ _NONE = np.empty(0, np.float32)
 
 def conv3x3_direct(x, batch, c, h, w, weights, n, pad, out, *, accumulate=False, bn_mean=None,
                    bn_divisor=None, scales=None, biases=None, act=0, stats_mean=None,
-                   stats_variance=None, stride=1):
+                   stats_variance=None):
     """conv3x3_direct_cpu with its optional parts named: `biases` (with `bn_mean`,
     `bn_divisor`, `scales` for test-mode batch norm) and `act` switch on the fused epilogue;
     `stats_mean` / `stats_variance` receive the training batch statistics of the raw sums;
@@ -307,4 +274,4 @@ def conv3x3_direct(x, batch, c, h, w, weights, n, pad, out, *, accumulate=False,
         return _NONE if a is None else a
     conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, arr(bn_mean),
                        arr(bn_divisor), arr(scales), arr(biases), act, arr(stats_mean),
-                       arr(stats_variance), stride)
+                       arr(stats_variance))

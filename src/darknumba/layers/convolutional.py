@@ -43,8 +43,10 @@ DIRECT_MAX_K = 160
 # ... except for few filters: a GEMM of M <= 32 rows runs far from the BLAS peak, and the direct
 # kernel wins up to K = 288 (measured on a 2-core AMD EPYC, AVX2: yolov4-tiny's 32 -> 32
 # layers 4 and 5 at 104x104, 0.77-0.79x forward, 0.81-0.83x forward+backward at batch 8;
-# with 64 filters, yolov3-tiny's layer 4, it loses: 1.13x). Not under compat=, whose paths
-# are the ones checked against C darknet's recorded tensors (its sums' order)
+# with 64 filters, yolov3-tiny's layer 4, it loses: 1.13x). In training only: at inference the
+# ~2 ms it saves on yolov4-tiny do not pay for compiling the direct kernel (~19 s on that
+# machine) in a first `detect` of a network that does not otherwise use it. Not under compat=,
+# whose paths are the ones checked against C darknet's recorded tensors (its sums' order)
 DIRECT_MAX_K_FEW_FILTERS = 288
 FEW_FILTERS = 32
 
@@ -118,24 +120,14 @@ class ConvolutionalLayer(Layer):
             return False
         return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
 
-    def _direct_thin(self) -> bool:
-        """A thin stride-1 convolution computed directly (see DIRECT_MAX_K); same sums as the
-        GEMM path up to float32 rounding of their order."""
+    def _direct_thin(self, train=False) -> bool:
+        """A thin stride-1 convolution computed directly (see DIRECT_MAX_K; in training also
+        DIRECT_MAX_K_FEW_FILTERS); same sums as the GEMM path up to float32 rounding of their
+        order."""
         return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
                 and not self.ext and (self.c * 9 <= DIRECT_MAX_K or (
-                    self.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and self.n <= FEW_FILTERS
+                    train and self.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and self.n <= FEW_FILTERS
                     and self.quirks.compat is None)))
-
-    def _direct_strided(self) -> bool:
-        """A thin 3x3 stride-2 convolution (yolov4-tiny's first layer, over RGB): its forward
-        by the direct kernel, which reads the input rows in place of im2col's 9x larger
-        columns (measured on AVX2: yolov4-tiny's layer 0, 3.26 -> 2.74 ms at batch 1, 89 -> 76
-        ms forward+backward at batch 8); the backward stays im2col + GEMM. Not under compat=
-        (DIRECT_MAX_K_FEW_FILTERS)."""
-        return (self.quirks.compat is None and self.size == 3 and self.stride_x == 2
-                and self.stride_y == 2
-                and self.groups == 1 and self.pad <= 2 and not self.ext
-                and self.c * 9 <= DIRECT_MAX_K)
 
     def _batched(self, n) -> bool:
         """The whole batch in one GEMM (see BATCH_GEMM_MAX_N)."""
@@ -190,7 +182,7 @@ class ConvolutionalLayer(Layer):
         cg = self.c // self.groups
         if net.train:
             self.weights_changed()      # training changes them: the transform is made anew
-        if self._direct_thin() or self._direct_strided():
+        if self._direct_thin(net.train):
             self._forward_direct(net)
             return
         if use_winograd(self, net):
@@ -212,20 +204,19 @@ class ConvolutionalLayer(Layer):
         under compat="darknet-cpu", which keeps Darknet's two-pass float32 variance)."""
         args = (net.input, self.batch, self.c, self.h, self.w, self.weights, self.n, self.pad,
                 self.output)
-        stride = self.stride_x
         act = epilogue_activation(self, net.train)
         if not self.batch_normalize:
-            conv3x3_direct(*args, biases=self.biases, act=act, stride=stride)
+            conv3x3_direct(*args, biases=self.biases, act=act)
             activate_output(self, net.train, act)
         elif not net.train:
             conv3x3_direct(*args, bn_mean=self.rolling_mean,
                            bn_divisor=bn_divisor(self, self.rolling_variance), scales=self.scales,
-                           biases=self.biases, act=act, stride=stride)
+                           biases=self.biases, act=act)
             activate_output(self, net.train, act)
         else:
             stats = one_sweep_batch_stats(self)
             conv3x3_direct(*args, stats_mean=self.mean if stats else None,
-                           stats_variance=self.variance if stats else None, stride=stride)
+                           stats_variance=self.variance if stats else None)
             forward_batchnorm(self, net, stats_done=stats)
 
     def _forward_gemms_per_image(self, net, m, k, n, cg):
@@ -288,7 +279,7 @@ class ConvolutionalLayer(Layer):
             # AlexeyAB's CPU col2im_cpu_ext zeroes the input delta before adding into it,
             # dropping what later layers (a route, a shortcut) already passed down
             net.delta[:self.batch * self.inputs] = 0.0
-        if self._direct_thin():
+        if self._direct_thin(True):
             self._backward_direct(net)
             return
         # the input gradient of a Winograd layer is a Winograd convolution too (conv_winograd.py)
