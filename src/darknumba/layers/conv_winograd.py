@@ -101,43 +101,39 @@ def transformed_flipped_weights(l) -> np.ndarray:
 
 def forward_winograd(l, net):
     """l.output = conv(net.input) through F(4x4, 3x3), before the biases or batch norm."""
-    th, tw = tiles_of(l.out_h, l.out_w)
-    tiles = l.batch * th * tw
-    scratch = scratch_of(net)
-    V = scratch("winograd_V", 36 * l.c * tiles).reshape(36, l.c, tiles)
-    M = scratch("winograd_M", 36 * l.n * tiles).reshape(36, l.n, tiles)
-    x, out = net.input, l.output
-    on_threads(lambda c0, c1: winograd_input_cpu(x, l.batch, l.c, l.h, l.w, l.pad, th, tw, V,
-                                                 c0, c1), l.c)
-    U = transformed_weights(l)
-    if net.train:
-        winograd_gemms(U, V, M)
-    else:
-        # at inference one image's tiles at a time: its outputs must not depend on its slot
-        # in the batch (BATCH_GEMM_MAX_N in convolutional.py)
-        per = th * tw
-        for b in range(l.batch):
-            winograd_gemms(U, V[:, :, b * per:(b + 1) * per], M[:, :, b * per:(b + 1) * per])
-    on_threads(lambda f0, f1: winograd_output_cpu(M, l.batch, l.n, l.out_h, l.out_w, th, tw,
-                                                  out, f0, f1, False), l.n)
+    _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, transformed_weights(l),
+                   l.output, l.out_h, l.out_w, accumulate=False, per_image=not net.train)
 
 
 def backward_input_winograd(l, net):
     """net.delta += the input gradient of l: l.delta convolved with the rotated, transposed
     filters (transformed_flipped_weights) at padding 2 - pad, through F(4x4, 3x3). Darknet
     computes it as W^T @ delta folded back with col2im: the same sums in another order."""
-    th, tw = tiles_of(l.h, l.w)
-    tiles = l.batch * th * tw
+    _winograd_conv(net, l.delta, l.batch, l.n, l.out_h, l.out_w, 2 - l.pad,
+                   transformed_flipped_weights(l), net.delta, l.h, l.w, accumulate=True,
+                   per_image=False)
+
+
+def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate, per_image):
+    """out (+)= the 3x3 convolution of x (batch x c x h x w) at padding `pad` with the filters
+    transformed into U (36 x n x c): input transform, the 36 GEMMs, output transform. With
+    `per_image` (inference) one image's tiles at a time: its outputs must not depend on its
+    slot in the batch (BATCH_GEMM_MAX_N in convolutional.py)."""
+    n = U.shape[1]
+    th, tw = tiles_of(out_h, out_w)
+    tiles = batch * th * tw
     scratch = scratch_of(net)
-    V = scratch("winograd_V", 36 * l.n * tiles).reshape(36, l.n, tiles)
-    M = scratch("winograd_M", 36 * l.c * tiles).reshape(36, l.c, tiles)
-    d, dx = l.delta, net.delta
-    pad = 2 - l.pad
-    on_threads(lambda f0, f1: winograd_input_cpu(d, l.batch, l.n, l.out_h, l.out_w, pad, th, tw,
-                                                 V, f0, f1), l.n)
-    winograd_gemms(transformed_flipped_weights(l), V, M)
-    on_threads(lambda c0, c1: winograd_output_cpu(M, l.batch, l.c, l.h, l.w, th, tw, dx, c0, c1,
-                                                  True), l.c)
+    V = scratch("winograd_V", 36 * c * tiles).reshape(36, c, tiles)
+    M = scratch("winograd_M", 36 * n * tiles).reshape(36, n, tiles)
+    on_threads(lambda c0, c1: winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, c0, c1), c)
+    if per_image:
+        per = th * tw
+        for b in range(batch):
+            winograd_gemms(U, V[:, :, b * per:(b + 1) * per], M[:, :, b * per:(b + 1) * per])
+    else:
+        winograd_gemms(U, V, M)
+    on_threads(lambda f0, f1: winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0,
+                                                  f1, accumulate), n)
 
 
 def on_threads(work, n):
