@@ -183,6 +183,7 @@ class ClassifierTrainOptions:
     clear: bool = False
     partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
+    exact: bool | None = None      # as TrainOptions.exact (None: DARKNUMBA_EXACT decides)
     dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2

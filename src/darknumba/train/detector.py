@@ -138,7 +138,7 @@ def training_network(cfgfile, opts, log, batch=None):
         log(f"loaded {loaded} of {net.n} layers from {opts.weights} (seen {net.seen})")
     if opts.clear:
         net.seen = 0
-    if getattr(opts, "exact", None) is not None:
+    if opts.exact is not None:
         net.exact = opts.exact
     if opts.max_batches is not None:
         net.max_batches = opts.max_batches

@@ -56,6 +56,7 @@ class RnnTrainOptions:
     dialect: str | None = None      # None: chosen from the cfg and weights
     partial: bool = False           # training_network's options that this workflow keeps fixed
     compat: str | None = None
+    exact: bool | None = None
 
 
 def read_text(path) -> np.ndarray:
