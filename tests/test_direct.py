@@ -5,8 +5,8 @@ import naive
 import numpy as np
 import pytest
 
-from darknumba.kernels.direct import (conv3x3_direct_cpu, conv3x3_direct_weight_grad_cpu,
-                                      flip_weights)
+from darknumba.kernels.direct import (conv3x3_direct, conv3x3_direct_cpu,
+                                      conv3x3_direct_weight_grad_cpu, flip_weights)
 
 EMPTY = np.empty(0, np.float32)
 NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0, EMPTY, EMPTY)          # raw sums only
@@ -27,6 +27,9 @@ def test_direct_forward_matches_float64_convolution(rng, b, c, h, w, n, pad):
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, out, False, *NO_EPI)
     ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    lean = np.full_like(out, np.nan)               # the signature compiled without statistics
+    conv3x3_direct(x, b, c, h, w, wts, n, pad, lean)
+    np.testing.assert_array_equal(lean, out)
     before = rng.standard_normal(out.size).astype(np.float32)
     acc = before.copy()
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, acc, True, *NO_EPI)   # adds into what is there
@@ -86,6 +89,10 @@ def test_direct_fused_epilogues_equal_the_separate_sweeps(rng, act):
     ref = raw.copy()
     batchnorm_bias_activate(ref, mean, var, scales, biases, b, n, h * w, act)
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+    lean = np.full_like(got, np.nan)               # inference's signature: statistics None
+    conv3x3_direct(x, b, c, h, w, wts, n, pad, lean, bn_mean=mean, bn_divisor=var, scales=scales,
+                   biases=biases, act=act)
+    np.testing.assert_array_equal(lean, got)
     conv3x3_direct_cpu(x, b, c, h, w, wts, n, pad, got, False, EMPTY, EMPTY, EMPTY, biases, act,
                        EMPTY, EMPTY)
     ref = raw.copy()

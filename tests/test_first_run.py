@@ -13,6 +13,7 @@ from numba import njit
 
 import darknumba as dn
 from darknumba.compile_notice import NOTICE, compile_notice
+from darknumba.detections import Detections
 from darknumba.train.timing import unit_rolling_variance
 
 CFG = ROOT / "cfg" / "shapes-tiny.cfg"
@@ -40,18 +41,66 @@ def test_notice_once_on_compile_and_never_on_a_loaded_kernel():
 
 
 def test_detector_warms_up_before_the_first_image(monkeypatch):
-    """run() compiles on a blank image of the network's size before timing the first image."""
+    """run() compiles on a blank image of the network's size (task by task, compile_ahead)
+    before timing the first image."""
+    from darknumba.vision import compile_ahead
     from darknumba.vision import detector as det_mod
     net = random_net()
     calls = []
-    real = det_mod.detect
+    real, real_tasks = det_mod.detect, compile_ahead.compile_forwards
     monkeypatch.setattr(det_mod, "detect", lambda net, ims, *a: calls.append(ims[0].shape) or real(net, ims, *a))
+    monkeypatch.setattr(compile_ahead, "compile_forwards",
+                        lambda net, im, *a: calls.append(("tasks", im.shape)) or real_tasks(net, im, *a))
     d = det_mod.Detector(net, names=["a", "b", "c"], log=lambda m: None)
     image = np.full((3, 40, 60), 0.3, np.float32)
     [p] = list(d.run([image]))
-    assert calls == [(3, net.h, net.w), image.shape] and p.error is None
+    # every task ran here (no second process claimed any): no second pass over the blank image
+    assert calls == [("tasks", (3, net.h, net.w)), image.shape] and p.error is None
     list(d.run([image]))
     assert len(calls) == 3                  # warmed once
+
+
+def test_compile_tasks_are_claimed_once_between_two_processes(tmp_path):
+    """Two processes share a cold compile through a claims folder: a task's key is taken by one
+    only; the first process skips the tasks the other claimed, waits for them, then detects
+    again; the helper's walk, on the same folder, skips what the first one took."""
+    from darknumba.vision import compile_ahead
+    from darknumba.vision.box import detect
+    here, there = compile_ahead.Claims(str(tmp_path)), compile_ahead.Claims(str(tmp_path))
+    assert here.take("a") and here.take("a") and not there.take("a") and there.take("b")
+    assert not here.take("b")
+    net = random_net()
+    keys = [compile_ahead.kernel_key(l, net) for l in net.layers]
+    assert "boxes" not in keys and len(set(keys)) < len(keys)     # layers share their kernels
+    other = compile_ahead.Claims(str(tmp_path / "x"))
+    os.mkdir(other.folder)
+    mine = compile_ahead.Claims(other.folder)
+    assert other.take(keys[-1])                                   # the helper has the last one
+    ran = []
+    for l in net.layers:
+        real_forward = l.forward
+        l.forward = lambda n, real_forward=real_forward, l=l: ran.append(l) or real_forward(n)
+    blank = np.full((net.c, net.h, net.w), 0.5, np.float32)
+    assert not compile_ahead.compile_forwards(net, blank, mine, 0.5, 0.5, 0.45)
+    assert [l for l in net.layers if compile_ahead.kernel_key(l, net) == keys[-1]] \
+        and all(compile_ahead.kernel_key(l, net) != keys[-1] for l in ran)
+    assert len(ran) == sum(k != keys[-1] for k in keys)
+    other.finish(keys[-1])
+    helper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        mine.wait_for_theirs(helper)                # returns at once: the task is done
+        assert helper.poll() is None
+    finally:
+        helper.kill()
+        helper.wait()
+    [dets] = detect(net, [blank], 0.5, 0.5, 0.45)             # the whole pass after the wait
+    assert isinstance(dets, Detections)
+    fresh = compile_ahead.Claims()
+    try:
+        assert compile_ahead.compile_forwards(net, blank, fresh, 0.5, 0.5, 0.45)  # alone: whole
+    finally:
+        fresh.remove()
+    assert not os.path.exists(fresh.folder)
 
 
 def _cli(args, cache, cwd):

@@ -143,6 +143,9 @@ def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
     fast = np.full(ref.size, np.nan, np.float32)
     forward_maxpool2_cpu(x, b, c, h, w, stride, pad, oh, ow, fast, idx, False)
     np.testing.assert_array_equal(fast, ref)
+    fast[:] = np.nan                               # no index array at all (inference)
+    forward_maxpool2_cpu(x, b, c, h, w, stride, pad, oh, ow, fast, None, False)
+    np.testing.assert_array_equal(fast, ref)
     if stride == 1 and pad == 1:                   # the same-size kernel
         out[:] = np.nan
         idx[:] = 7
@@ -151,6 +154,9 @@ def test_size2_maxpool_matches_numpy(rng, stride, pad, h, w):
         np.testing.assert_array_equal(idx, ref_idx)
         fast[:] = np.nan
         forward_maxpool2_same_cpu(x, b, c, h, w, fast, idx, False)
+        np.testing.assert_array_equal(fast, ref)
+        fast[:] = np.nan
+        forward_maxpool2_same_cpu(x, b, c, h, w, fast, None, False)
         np.testing.assert_array_equal(fast, ref)
 
 

@@ -110,11 +110,16 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     tail = np.zeros(4 * K, np.float32)        # the last n % 4 filters and zero filters
     tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
-    stats = stats_mean.size > 0
     epilogue = biases.size > 0
     bn = bn_mean.size > 0
-    # per task and filter: (count, mean, M2) of the rows it produced
-    moments = np.zeros((tasks if stats else 0, n, 3))
+    # per task and filter: (count, mean, M2) of the rows it produced. `is not None` tests on
+    # the arguments themselves: numba drops their branches when compiling for None (the
+    # lean signature, seconds less to compile)
+    with_stats = 0
+    if stats_mean is not None:
+        if stats_mean.size > 0:
+            with_stats = tasks
+    moments = np.zeros((with_stats, n, 3))
     for task in prange(tasks):
         strip = np.empty((c, 3, w + 2 * pad), np.float32)
         acc = np.empty((4, out_w), np.float32)
@@ -125,10 +130,11 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
             for oc0 in range(0, n, 4):
                 q_n = min(4, n - oc0)
                 acc[...] = 0.0
-                if q_n == 4:
-                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, weights, K, oc0, c, out_w)
-                else:         # the last n % 4 filters, padded with zero filters to four
-                    _taps4(acc[0], acc[1], acc[2], acc[3], strip, tail, K, 0, c, out_w)
+                # the last n % 4 filters come from `tail`, padded with zero filters to four;
+                # one call site (each inlined copy of _taps4 costs seconds of compile)
+                full = q_n == 4
+                _taps4(acc[0], acc[1], acc[2], acc[3], strip, weights if full else tail,
+                       K, oc0 if full else 0, c, out_w)
                 for q in range(q_n):
                     f = oc0 + q
                     row = acc[q]
@@ -139,7 +145,7 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                         else:
                             add_bias_row(row, biases[f])
                         activate_row(row, act)
-                    if stats:
+                    if stats_mean is not None and with_stats > 0:
                         m_r, m2_r = _row_moments(row)
                         mo = moments[task, f]
                         mo[0], mo[1], mo[2] = _chan(mo[0], mo[1], mo[2], out_w, m_r, m2_r)
@@ -149,7 +155,7 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                         dst += row
                     else:
                         dst[:] = row
-    if stats:
+    if stats_mean is not None and stats_variance is not None and with_stats > 0:
         for f in range(n):
             n_a = 0.0
             m_a = 0.0
@@ -269,9 +275,12 @@ def conv3x3_direct(x, batch, c, h, w, weights, n, pad, out, *, accumulate=False,
     """conv3x3_direct_cpu with its optional parts named: `biases` (with `bn_mean`,
     `bn_divisor`, `scales` for test-mode batch norm) and `act` switch on the fused epilogue;
     `stats_mean` / `stats_variance` receive the training batch statistics of the raw sums;
-    what is not given is off (the kernel reads an empty array as "off")."""
+    what is not given is off (the kernel reads an empty array as "off"; without statistics
+    or accumulation, as at inference, they are passed as None: the lean signature, compiled
+    without their code)."""
     def arr(a):
         return _NONE if a is None else a
+    lean = stats_mean is None and not accumulate
     conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, arr(bn_mean),
-                       arr(bn_divisor), arr(scales), arr(biases), act, arr(stats_mean),
-                       arr(stats_variance))
+                       arr(bn_divisor), arr(scales), arr(biases), act,
+                       None if lean else arr(stats_mean), None if lean else arr(stats_variance))

@@ -148,7 +148,7 @@ def backward_avgpool_cpu(delta, batch, c, spatial, prev_delta):
             prev_delta[base + i] += d
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _window_max(inp, plane, h, w, size, y0, x0):
     """(max, flat index) of the size x size window at (y0, x0) of one plane, cells outside the
     image skipped, scanned row by row with a strict `>` (Darknet's tie rule); (-FLT_MAX, -1)
@@ -170,14 +170,14 @@ def _window_max(inp, plane, h, w, size, y0, x0):
     return best, best_i
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _maxpool2_run(top, bottom, o, ix, first, w, step, n, want_indexes):
     """n outputs whose 2x2 windows lie inside the image: window j's cells are top[j*step + {0,
     1}] and bottom[j*step + {0, 1}], and `first` is the flat input index of top[0] (bottom
     starts w later). Selects from -FLT_MAX in Darknet's scan order with a strict `>`, so ties,
     NaN and -inf cells give what the general kernel gives. `step` is a literal at the call
-    sites: the loads vectorise."""
-    if not want_indexes:
+    sites: the loads vectorise. `ix` None: no indexes (that signature compiles one loop)."""
+    if ix is None or not want_indexes:
         for j in range(n):
             x = j * step
             # max(a, b) is b if b > a else a: the same chain of selects, in scan order
@@ -212,9 +212,10 @@ MAXPOOL2_BLOCK = 4096
 def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output, indexes,
                          want_indexes=True):
     """forward_maxpool_cpu for size 2 (Darknet's usual maxpool), one block of output rows of
-    one plane per iteration. Windows wholly inside the image take _maxpool2_run (stride 2 and
-    1 with a literal step), the border windows go through _window_max. Same values, indexes
-    and tie rule as the general kernel; with want_indexes False the indexes are not written."""
+    one plane per iteration. Windows wholly inside the image take _maxpool2_run (stride 2 with
+    a literal step), the border windows go through _window_max. Same values, indexes and tie
+    rule as the general kernel; with want_indexes False or indexes None (inference: a smaller
+    compile) the indexes are not written."""
     off = -(pad // 2)
     # output columns j whose two input columns off + j*stride + {0, 1} lie inside [0, w)
     j_lo = min(out_w, 0 if off >= 0 else (-off + stride - 1) // stride)
@@ -235,21 +236,30 @@ def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output,
                 top = inp[first:first + span]
                 bottom = inp[first + w:first + w + span]
                 orow = output[o + j0:o + j1]
-                irow = indexes[o + j0:o + j1]
-                if stride == 2:
-                    _maxpool2_run(top, bottom, orow, irow, first, w, 2, j1 - j0, want_indexes)
-                elif stride == 1:
-                    _maxpool2_run(top, bottom, orow, irow, first, w, 1, j1 - j0, want_indexes)
+                # a literal step for stride 2 (and one other call site, not one per stride:
+                # each compiles its loops for seconds); with indexes None (inference) numba
+                # compiles only the first pair
+                if indexes is None:
+                    if stride == 2:
+                        _maxpool2_run(top, bottom, orow, None, first, w, 2, j1 - j0, False)
+                    else:
+                        _maxpool2_run(top, bottom, orow, None, first, w, stride, j1 - j0, False)
                 else:
-                    _maxpool2_run(top, bottom, orow, irow, first, w, stride, j1 - j0,
-                                  want_indexes)
+                    irow = indexes[o + j0:o + j1]
+                    if stride == 2:
+                        _maxpool2_run(top, bottom, orow, irow, first, w, 2, j1 - j0,
+                                      want_indexes)
+                    else:
+                        _maxpool2_run(top, bottom, orow, irow, first, w, stride, j1 - j0,
+                                      want_indexes)
             for j in range(out_w):                  # the border windows
                 if j0 <= j < j1:
                     continue
                 v, vi = _window_max(inp, plane, h, w, 2, y0, off + j * stride)
                 output[o + j] = v
-                if want_indexes:
-                    indexes[o + j] = vi
+                if indexes is not None:
+                    if want_indexes:
+                        indexes[o + j] = vi
 
 
 @njit(parallel=True, cache=True)
@@ -265,15 +275,20 @@ def forward_maxpool2_same_cpu(inp, batch, c, h, w, output, indexes, want_indexes
         plane = p * hw
         n = (h - 1) * w - 1                          # run outputs: all four cells in the plane
         if n > 0:
-            _maxpool2_run(inp[plane:plane + n + 1], inp[plane + w:plane + w + n + 1],
-                          output[plane:plane + n], indexes[plane:plane + n], plane, w, 1, n,
-                          want_indexes)
+            if indexes is None:
+                _maxpool2_run(inp[plane:plane + n + 1], inp[plane + w:plane + w + n + 1],
+                              output[plane:plane + n], None, plane, w, 1, n, False)
+            else:
+                _maxpool2_run(inp[plane:plane + n + 1], inp[plane + w:plane + w + n + 1],
+                              output[plane:plane + n], indexes[plane:plane + n], plane, w, 1, n,
+                              want_indexes)
         for i in range(h):
             for j in range(w - 1 if i < h - 1 else 0, w):
                 v, vi = _window_max(inp, plane, h, w, 2, i, j)
                 output[plane + i * w + j] = v
-                if want_indexes:
-                    indexes[plane + i * w + j] = vi
+                if indexes is not None:
+                    if want_indexes:
+                        indexes[plane + i * w + j] = vi
 
 
 @njit(parallel=True, cache=True)

@@ -102,8 +102,9 @@ class MaxpoolLayer(Layer):
                                       self.out_c, self.output, self.indexes)
             return
         if self.size == 2 and self.stride == 1 and self.pad == 1:
+            # indexes None at inference: the kernel's signature without them compiles less
             forward_maxpool2_same_cpu(net.input, self.batch, self.c, self.h, self.w, self.output,
-                                      self.indexes, net.train)
+                                      self.indexes if net.train else None, net.train)
             return
         if self._two_pass():
             forward_maxpool_rows_cpu(net.input, self.batch, self.c, self.h, self.w, self.size,
@@ -113,8 +114,8 @@ class MaxpoolLayer(Layer):
             return
         if self.size == 2:
             forward_maxpool2_cpu(net.input, self.batch, self.c, self.h, self.w, self.stride,
-                                 self.pad, self.out_h, self.out_w, self.output, self.indexes,
-                                 net.train)
+                                 self.pad, self.out_h, self.out_w, self.output,
+                                 self.indexes if net.train else None, net.train)
             return
         forward_maxpool_cpu(net.input, self.batch, self.c, self.h, self.w, self.size, self.stride,
                             self.pad, self.out_h, self.out_w, self.output, self.indexes,

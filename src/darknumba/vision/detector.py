@@ -319,14 +319,21 @@ class Detector:
             return
         from . import compile_ahead
         blank = np.full((self.net.c, self.net.h, self.net.w), 0.5, np.float32)
-        helper = []             # on a cold cache, a second process compiles from the end
+        # on a cold cache a second process shares the compile, task by task (compile_ahead)
+        claims = compile_ahead.Claims()
+        helper = []
         try:
             with compile_notice(self.log, on_compile=lambda: helper.append(compile_ahead.start(
-                    self.net, self.thresh, self.hier, self.nms))):
+                    self.net, self.thresh, self.hier, self.nms, claims))):
+                whole = compile_ahead.compile_forwards(self.net, blank, claims, self.thresh,
+                                                       self.hier, self.nms, self.letterbox)
+            if not whole:
+                claims.wait_for_theirs(helper[0] if helper else None)
                 detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox)
         finally:
             for h in helper:
                 compile_ahead.stop(h)
+            claims.remove()
         self.warm = True
 
     def run(self, images: Iterable) -> Iterator[Prediction]:
