@@ -24,16 +24,16 @@ def valid_span(col0, stride, n_out, width):
     return lo, max(hi, lo)
 
 
-@njit(cache=True)
 def im2col_cpu(data_im, channels, height, width, ksize, stride, pad, data_col):
-    """Darknet's im2col_cpu: one image; the column matrix's row c = (c_im, ky, kx)."""
+    """Darknet's im2col_cpu: one image; the column matrix's row c = (c_im, ky, kx). A Python
+    call of the batch kernel with batch 1: the same compiled signature as a batch's (an @njit
+    wrapper would compile a second one, specialised on the literal 1, for seconds)."""
     im2col_batch_cpu(data_im, 1, channels, height, width, ksize, stride, pad, data_col)
 
 
-@njit(cache=True)
 def col2im_cpu(data_col, channels, height, width, ksize, stride, pad, data_im):
     """Darknet's col2im_cpu, the adjoint of im2col: *adds* each column entry back into its
-    pixel of data_im."""
+    pixel of data_im (the batch kernel with batch 1, as im2col_cpu)."""
     col2im_batch_cpu(data_col, 1, channels, height, width, ksize, stride, pad, data_im)
 
 
