@@ -78,7 +78,8 @@ def kernel_key(l, net) -> str:
     if l.type == "convolutional":
         path = ("direct" if l._direct_thin(False) else "winograd" if use_winograd(l, net)
                 else "1x1" if l._direct_1x1() else "gemm")
-        parts += [path, str(l.batch_normalize), str(l.groups > 1), str(l.size), str(l.stride)]
+        # size and stride change no kernel: im2col takes them as values
+        parts += [path, str(l.batch_normalize), str(l.groups > 1)]
     elif l.type == "maxpool":
         parts += [str(l.size), str(l.stride), str((l.out_w, l.out_h) == (l.w, l.h))]
     return "/".join(parts)
@@ -155,11 +156,11 @@ def stop(helper: subprocess.Popen | None):
 
 def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: float,
                       hier: float, nms: float, exact: bool = False, claims: Claims | None = None):
-    """The helper's share: every task of the detector in the reverse order, the outputs'
-    decoding and NMS, then each layer's forward from the last one (on whatever its buffers
-    hold: only the compiled code matters here), on the detector's path (Winograd or `exact`),
-    each only if claimed here. One Winograd layer goes first of all: the first process needs
-    its two kernels from its first 3x3 layers on."""
+    """The helper's share: every task of the detector from the end, each only if claimed
+    here: the outputs' decoding and NMS, the layers other than convolutions from the last one,
+    the first Winograd layer, then the convolutions from the last one; each layer's forward on
+    whatever its buffers hold (only the compiled code matters here), on the detector's path
+    (Winograd or `exact`)."""
     import numpy as np
 
     from ..layers.conv_winograd import use_winograd
@@ -176,14 +177,14 @@ def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: flo
         if claims.take(key):
             run()
             claims.finish(key)
+    # the boxes and the layers without an activation sweep first: the first process starts
+    # with a convolution, which compiles the batch norm / bias and activation kernels every
+    # convolution calls; taken here at the same time they would be compiled twice
     order = list(reversed(range(len(net.layers))))
-    winograd = [i for i in order if net.layers[i].type == "convolutional"
-                and use_winograd(net.layers[i], net)]
-    if winograd:
-        first = winograd[-1]
-        task(kernel_key(net.layers[first], net), lambda: run_layer(net, first, x))
+    convolutions = [i for i in order if net.layers[i].type == "convolutional"]
+    winograd = [i for i in convolutions if use_winograd(net.layers[i], net)]
     task("boxes", lambda: boxes_task(net, w, h, thresh, hier, nms))
-    for i in order:
+    for i in [i for i in order if i not in convolutions] + winograd[-1:] + convolutions:
         task(kernel_key(net.layers[i], net), lambda i=i: run_layer(net, i, x))
     claims.remove()
 
