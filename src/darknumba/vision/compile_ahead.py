@@ -54,11 +54,15 @@ class Claims:
         except OSError:
             pass
 
-    def wait_for_theirs(self, helper: subprocess.Popen | None, poll: float = 0.05):
-        """Until every task the other process claimed is done, or it has stopped."""
+    def wait_for_theirs(self, helper: subprocess.Popen | None, poll: float = 0.05,
+                        limit: float = 600.0):
+        """Until every task the other process claimed is done, or it has stopped, or `limit`
+        seconds have passed (then this process compiles what is missing itself)."""
         import time
         pending = set(self.theirs)
-        while pending and helper is not None and helper.poll() is None:
+        end = time.monotonic() + limit
+        while pending and helper is not None and helper.poll() is None \
+                and time.monotonic() < end:
             pending = {k for k in pending if not os.path.exists(self._path(k) + ".done")}
             if pending:
                 time.sleep(poll)
