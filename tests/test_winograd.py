@@ -382,3 +382,27 @@ def test_an_image_gives_the_same_outputs_in_any_slot_of_any_batch(rng, tmp_path,
         for i, l in enumerate(one.layers):
             np.testing.assert_array_equal(l.output.ravel(), together[i][slot], err_msg=f"layer {i}")
     assert (one.layers[0].winograd_weights is not None) == (not exact)
+
+
+def test_a_connected_layer_gives_an_image_the_same_outputs_in_any_slot(rng, tmp_path):
+    """The connected layer at inference: an image's outputs alone equal its slot's in a batch
+    of 3 (one batched product sums them in another order here: most values differ in their
+    last bits)."""
+    import darknumba as dn
+    cfg = tmp_path / "fc.cfg"
+    cfg.write_text("[net]\nbatch=1\nwidth=8\nheight=8\nchannels=3\n"
+                   "[convolutional]\nfilters=8\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
+                   "[connected]\noutput=300\nactivation=leaky\n"
+                   "[connected]\noutput=10\nactivation=linear\n[softmax]\n")
+    x = rng.uniform(0, 1, (3, 3, 8, 8)).astype(np.float32)
+    one, three = (dn.load_network(cfg, batch=b) for b in (1, 3))
+    for a, b in zip(one.layers, three.layers, strict=True):
+        for name in ("weights", "biases"):
+            if getattr(a, name, None) is not None:
+                getattr(b, name)[:] = getattr(a, name)
+    three.predict(x)
+    together = [l.output.reshape(3, -1).copy() for l in three.layers]
+    for slot in range(3):
+        one.predict(x[slot:slot + 1])
+        for i, l in enumerate(one.layers):
+            np.testing.assert_array_equal(l.output.ravel(), together[i][slot], err_msg=f"layer {i}")

@@ -40,9 +40,19 @@ class ConnectedLayer(Layer):
         return l
 
     def forward(self, net):
-        """forward_connected_layer"""
-        gemm(0, 1, self.batch, self.outputs, self.inputs, 1.0,
-             net.input[:self.batch * self.inputs], self.weights, 0.0, self.output)
+        """forward_connected_layer. At inference each image's outputs are a product of its own:
+        OpenBLAS sums a row of a batched product in an order that depends on the batch, and an
+        image must give the same floats alone and in any slot of any batch (as in Darknet,
+        whose gemm sums every output in one order)."""
+        x = net.input[:self.batch * self.inputs]
+        if net.train or self.batch == 1:
+            gemm(0, 1, self.batch, self.outputs, self.inputs, 1.0, x, self.weights, 0.0,
+                 self.output)
+        else:
+            for b in range(self.batch):
+                gemm(0, 1, 1, self.outputs, self.inputs, 1.0,
+                     x[b * self.inputs:(b + 1) * self.inputs], self.weights, 0.0,
+                     self.output[b * self.outputs:(b + 1) * self.outputs])
         if self.batch_normalize:
             forward_batchnorm(self, net)
         else:
