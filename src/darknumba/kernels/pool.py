@@ -236,30 +236,23 @@ def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output,
                 top = inp[first:first + span]
                 bottom = inp[first + w:first + w + span]
                 orow = output[o + j0:o + j1]
-                # a literal step for stride 2 (and one other call site, not one per stride:
-                # each compiles its loops for seconds); with indexes None (inference) numba
-                # compiles only the first pair
-                if indexes is None:
-                    if stride == 2:
-                        _maxpool2_run(top, bottom, orow, None, first, w, 2, j1 - j0, False)
-                    else:
-                        _maxpool2_run(top, bottom, orow, None, first, w, stride, j1 - j0, False)
+                # numba drops the untaken side when indexes is None (inference: _maxpool2_run
+                # then compiles without its index loop)
+                irow = None if indexes is None else indexes[o + j0:o + j1]
+                # a literal step for stride 2 and one other call site, not one per stride (each
+                # compiles its loops for seconds)
+                if stride == 2:
+                    _maxpool2_run(top, bottom, orow, irow, first, w, 2, j1 - j0, want_indexes)
                 else:
-                    irow = indexes[o + j0:o + j1]
-                    if stride == 2:
-                        _maxpool2_run(top, bottom, orow, irow, first, w, 2, j1 - j0,
-                                      want_indexes)
-                    else:
-                        _maxpool2_run(top, bottom, orow, irow, first, w, stride, j1 - j0,
-                                      want_indexes)
+                    _maxpool2_run(top, bottom, orow, irow, first, w, stride, j1 - j0,
+                                  want_indexes)
             for j in range(out_w):                  # the border windows
                 if j0 <= j < j1:
                     continue
                 v, vi = _window_max(inp, plane, h, w, 2, y0, off + j * stride)
                 output[o + j] = v
-                if indexes is not None:
-                    if want_indexes:
-                        indexes[o + j] = vi
+                if indexes is not None and want_indexes:
+                    indexes[o + j] = vi
 
 
 @njit(parallel=True, cache=True)
@@ -275,20 +268,15 @@ def forward_maxpool2_same_cpu(inp, batch, c, h, w, output, indexes, want_indexes
         plane = p * hw
         n = (h - 1) * w - 1                          # run outputs: all four cells in the plane
         if n > 0:
-            if indexes is None:
-                _maxpool2_run(inp[plane:plane + n + 1], inp[plane + w:plane + w + n + 1],
-                              output[plane:plane + n], None, plane, w, 1, n, False)
-            else:
-                _maxpool2_run(inp[plane:plane + n + 1], inp[plane + w:plane + w + n + 1],
-                              output[plane:plane + n], indexes[plane:plane + n], plane, w, 1, n,
-                              want_indexes)
+            irow = None if indexes is None else indexes[plane:plane + n]
+            _maxpool2_run(inp[plane:plane + n + 1], inp[plane + w:plane + w + n + 1],
+                          output[plane:plane + n], irow, plane, w, 1, n, want_indexes)
         for i in range(h):
             for j in range(w - 1 if i < h - 1 else 0, w):
                 v, vi = _window_max(inp, plane, h, w, 2, i, j)
                 output[plane + i * w + j] = v
-                if indexes is not None:
-                    if want_indexes:
-                        indexes[plane + i * w + j] = vi
+                if indexes is not None and want_indexes:
+                    indexes[plane + i * w + j] = vi
 
 
 @njit(parallel=True, cache=True)
