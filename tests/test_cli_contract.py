@@ -93,3 +93,20 @@ def test_installed_entry_point_exits_with_the_status(tmp_path):
     p = subprocess.run([sys.executable, "-c", "from darknumba.cli import main; main()",
                         "summary", str(cfg)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and p.stderr.count("\n") == 1, p.stderr
+
+
+def test_a_run_builds_only_the_command_it_names(capsys):
+    from darknumba.cli import _narrowed, app
+    one = _narrowed(app, ["--debug", "detector", "train", "x.data"])
+    assert [c.callback.__name__ for c in one.registered_commands] == []
+    (group,) = one.registered_groups
+    assert group.name == "detector"
+    assert [c.name for c in group.typer_instance.registered_commands] == ["train"]
+    assert len(app.registered_commands) > 5           # the app itself is left whole
+    assert _narrowed(app, ["detec"]) is app and _narrowed(app, ["--help"]) is app
+    code, out, _ = call(capsys, "detector", "train", "--help")
+    assert code == 0 and "Usage: darknumba detector train" in out
+    code, _, err = call(capsys, "detec")                # a typo: the whole app, typer's hint
+    assert code == 2 and "detect" in err
+    code, out, _ = call(capsys, "--debug", "summary", TINY_CFG)
+    assert code == 0 and "yolo" in out

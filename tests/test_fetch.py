@@ -148,3 +148,32 @@ def test_fetched_yolov4_tiny_is_alexeyabs_file():
     version, seen, transpose, offset = read_header(data[:20], str(path))
     assert (version, seen, transpose, offset) == ((0, 2, 5), 0, False, 20)
     assert len(data) == 24_251_276
+
+
+def test_sample_photo_without_scikit_image_is_fetched_once_into_the_cache(monkeypatch,
+                                                                          tmp_path):
+    """No scikit-image installed: `darknumba detect`'s sample photo comes from the scikit-image
+    wheel on PyPI (here a made-up one with made-up bytes), sha256 checked, into the cache."""
+    from darknumba.cli import detect
+    photo = b"\x89PNG made-up photo"
+    member = "skimage/data/coffee.png"
+    monkeypatch.setattr(fetch, "SAMPLE_PHOTO", {
+        "sha256": hashlib.sha256(photo).hexdigest(), "url": "https://example.invalid/c.png",
+        "pypi": ("scikit-image", "9.9", "wheel", member)})
+    monkeypatch.setattr(detect, "SAMPLE", ("no_such_module_here", "data/coffee.png"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    index = "https://pypi.org/simple/scikit-image/"
+    net = _serve(monkeypatch, {
+        index: _page("scikit_image-9.9-cp311-cp311-manylinux_2_17_x86_64.whl"),
+        "https://pypi.org/files/scikit_image-9.9-cp311-cp311-manylinux_2_17_x86_64.whl":
+            _wheel(member, photo)})
+    p = detect.sample_image()
+    assert p == tmp_path / "darknumba" / "coffee.png" and p.read_bytes() == photo
+    net.asked.clear()
+    assert detect.sample_image() == p and net.asked == []        # cached: no download
+    p.write_bytes(b"damaged")                                     # corrupt: fetched again
+    assert detect.sample_image().read_bytes() == photo
+    monkeypatch.setattr(urllib.request, "urlopen", FakeNet({}))
+    p.unlink()
+    with pytest.raises(DarknumbaError, match="pass an IMAGE"):
+        detect.sample_image()

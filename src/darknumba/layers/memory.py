@@ -136,6 +136,8 @@ def buffer(n: int, value=0, dtype=np.float32) -> np.ndarray:
     zero-stride view (small arrays stay real: layers write anchors, masks... while built)."""
     if _SHAPES_ONLY.get() and n >= 4096:
         return np.broadcast_to(np.full(1, value, dtype=dtype), (int(n),))
+    if value == 0:          # calloc'd: pages a run never touches (deltas at inference) cost nothing
+        return np.zeros(int(n), dtype=dtype)
     return np.full(int(n), value, dtype=dtype)
 
 
