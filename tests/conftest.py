@@ -8,6 +8,11 @@ import pytest
 
 from darknumba.parity.tensordiff import named_rows
 
+# `darknumba detect` on a cold numba cache runs numpy's forward pass and leaves a background
+# process compiling; the suite compiles in the foreground instead (no process outliving a test,
+# the same path whatever ran first). tests/test_numpy_forward.py covers the numpy first run.
+os.environ.setdefault("DARKNUMBA_FIRST_RUN", "compile")
+
 ROOT = Path(__file__).resolve().parents[1]
 GOLDEN = Path(os.environ.get("DARKNUMBA_GOLDEN", ROOT.parent / "shared" / "golden"))
 DATA = Path(os.environ.get("DARKNUMBA_DATA", ROOT.parent / "shared" / "data"))

@@ -1,10 +1,12 @@
 """First run on a machine: the compile notice, compile kept out of "Predicted in", `darknumba
 warmup`. The end-to-end case compiles every kernel a small detector needs in a fresh numba cache
 (a subprocess, so this process's compiled kernels do not count)."""
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -48,7 +50,7 @@ def test_detector_warms_up_before_the_first_image(monkeypatch):
     net = random_net()
     calls = []
     real, real_tasks = det_mod.detect, compile_ahead.compile_forwards
-    monkeypatch.setattr(det_mod, "detect", lambda net, ims, *a: calls.append(ims[0].shape) or real(net, ims, *a))
+    monkeypatch.setattr(det_mod, "detect", lambda net, ims, *a, **k: calls.append(ims[0].shape) or real(net, ims, *a, **k))
     monkeypatch.setattr(compile_ahead, "compile_forwards",
                         lambda net, im, *a: calls.append(("tasks", im.shape)) or real_tasks(net, im, *a))
     d = det_mod.Detector(net, names=["a", "b", "c"], log=lambda m: None)
@@ -103,8 +105,8 @@ def test_compile_tasks_are_claimed_once_between_two_processes(tmp_path):
     assert not os.path.exists(fresh.folder)
 
 
-def _cli(args, cache, cwd):
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache),
+def _cli(args, cache, cwd, **extra_env):
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), **extra_env,
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, "-c", "from darknumba.cli import main; main()", *args],
                          env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
@@ -140,3 +142,31 @@ def test_compile_ahead_runs_every_layer_backwards(tmp_path):
     buffers as they are (what a cold run's second process does)."""
     from darknumba.vision.compile_ahead import compile_backwards
     compile_backwards(str(CFG), 2, 64, 64, "pjreddie", 0.5, 0.5, 0.45)
+
+
+@pytest.mark.slow
+def test_cold_detect_runs_numpy_and_leaves_the_compile_to_a_background_process(tmp_path):
+    """A fresh cache, DARKNUMBA_FIRST_RUN at its default (numpy): `detect` answers without
+    compiling the forward pass, a background process compiles it; once that has ended, the
+    same command runs compiled (no notice) and finds the same boxes."""
+    from darknumba.vision.compile_ahead import _alive
+    image = DATA / "dog.jpg"
+    if not image.exists():
+        pytest.skip(f"{image} not found (set DARKNUMBA_DATA)")
+    weights = tmp_path / "w.weights"
+    dn.save_weights(random_net(), weights)
+    args = ["detect", str(CFG), str(weights), str(image), "--thresh", "0.05", "--json", "-"]
+    cold = _cli(args, tmp_path / "cache", tmp_path, DARKNUMBA_FIRST_RUN="numpy")
+    assert "numpy computes the forward pass" in cold.stderr and NOTICE not in cold.stderr
+    pid = int(re.search(r"\(pid (\d+)\)", cold.stderr).group(1))
+    for _ in range(3000):
+        if not _alive(pid):
+            break
+        time.sleep(0.1)
+    assert not _alive(pid), "the background compile ran for more than 300 s"
+    warm = _cli(args, tmp_path / "cache", tmp_path, DARKNUMBA_FIRST_RUN="numpy")
+    assert "first run" not in warm.stderr and NOTICE not in warm.stderr
+    a, b = (json.loads(r.stdout)["detections"] for r in (cold, warm))
+    assert len(a) == len(b) > 0
+    for x, y in zip(a, b):
+        assert x["name"] == y["name"] and abs(x["prob"] - y["prob"]) < 1e-4

@@ -239,8 +239,19 @@ def detect(
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
                         nms=nms, hier=hier, names=names,
                         letterbox=True if letter_box else letterbox, dialect=dialect,
-                        ext_output=ext_output, log=warn, exact=exact)
+                        ext_output=ext_output, log=warn, exact=exact,
+                        first_run=first_run_mode())
     run_detection(detector, paths, out=out, json_out=json_out)
+
+
+def first_run_mode() -> str:
+    """How `detect` runs on a cold numba cache: "numpy" (default: the forward pass in numpy
+    while the kernels compile in the background) or "compile" (DARKNUMBA_FIRST_RUN=compile:
+    compile first, as `darknumba warmup` does)."""
+    mode = os.environ.get("DARKNUMBA_FIRST_RUN", "numpy").strip().lower() or "numpy"
+    if mode not in ("numpy", "compile"):
+        raise DataError(f"DARKNUMBA_FIRST_RUN={mode!r}: expected numpy or compile")
+    return mode
 
 
 def register(app: typer.Typer):

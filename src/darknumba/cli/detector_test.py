@@ -12,7 +12,7 @@ from typing import Annotated, Optional
 import typer
 
 from .darknet_flags import DontShow, ExtOutput, IgnoredClear, IgnoredMap
-from .detect import run_detection, warn
+from .detect import first_run_mode, run_detection, warn
 from .options import DialectOption, ExactOption, not_nan
 
 
@@ -61,7 +61,7 @@ def detector_test(
     detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
                         nms=nms, names=names_file_of(datacfg), dialect=dialect,
                         letterbox=True if letter_box else None, ext_output=ext_output, log=warn,
-                        exact=exact)
+                        exact=exact, first_run=first_run_mode())
     if thresh is None and detector.alexeyab:
         detector.thresh = 0.25                  # AlexeyAB's detector test default
     with (open(json_out, "w") if json_out not in (None, "-")

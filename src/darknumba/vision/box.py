@@ -148,12 +148,17 @@ def network_input(net, images: list[np.ndarray], letterbox: bool = True) -> np.n
 
 
 def detect(net, images: list[np.ndarray], thresh: float = 0.5, hier: float = 0.5,
-           nms: float = 0.45, letterbox: bool = True) -> list[Detections]:
+           nms: float = 0.45, letterbox: bool = True, forward=None) -> list[Detections]:
     """test_detector for up to net.batch images ((net.c, h, w) float32 each): letterbox, forward,
     get_network_boxes (relative to each image), then when nms > 0 do_nms_sort or the NMS kind
-    of an AlexeyAB network's last [yolo] layer."""
+    of an AlexeyAB network's last [yolo] layer. `forward(net, x)`: another test-mode forward
+    pass (numpy_forward.forward) instead of net.forward."""
     detection_layers(net)
-    net.forward(network_input(net, images, letterbox), train=False)
+    x = network_input(net, images, letterbox)
+    if forward is None:
+        net.forward(x, train=False)
+    else:
+        forward(net, x)
     out = []
     for b, im in enumerate(images):
         dets = get_network_boxes(net, im.shape[2], im.shape[1], thresh, hier, True, b, letterbox)

@@ -89,6 +89,54 @@ def kernel_key(l, net) -> str:
     return "/".join(parts)
 
 
+def forward_kernels(l, net) -> list:
+    """The main compiled kernels (numba dispatchers) layer `l`'s test-mode forward calls."""
+    from ..kernels import blas, direct, fused, im2col, pool, winograd, yolo, yolo_ab
+    from ..layers.conv_winograd import use_winograd
+    t = l.type
+    if t == "convolutional":
+        if l._direct_thin(False):
+            return [direct.conv3x3_direct_cpu]
+        path = ([winograd.winograd_input_cpu, winograd.winograd_output_cpu]
+                if use_winograd(l, net) else [] if l._direct_1x1() else [im2col.im2col_batch_cpu])
+        return path + [fused.batchnorm_bias_activate if l.batch_normalize else fused.bias_activate]
+    if t == "maxpool" and not getattr(l, "maxpool_depth", 0):
+        return [pool.forward_maxpool2_same_cpu if (l.size, l.stride, l.pad) == (2, 1, 1)
+                else pool.forward_maxpool2_cpu if l.size == 2 else pool.forward_maxpool_cpu]
+    if t == "upsample":
+        return [blas.upsample_cpu]
+    if t == "shortcut":
+        return [blas.shortcut_same_cpu]
+    if t == "yolo":
+        return [yolo_ab.activate_yolo_output_ab if hasattr(l, "new_coords")
+                else yolo.activate_yolo_output]
+    return []
+
+
+def in_cache(dispatcher) -> bool:
+    """Whether numba's cache holds a compiled version of `dispatcher` for this CPU (its index
+    is fresh and has an entry with this machine's target features). True when that cannot be
+    told (another numba's internals): then nothing is assumed missing."""
+    try:
+        index = dispatcher._cache._cache_file._load_index()
+        magic = dispatcher.targetctx.codegen().magic_tuple()
+        return any(key[1] == magic for key in index)
+    except Exception:           # noqa: BLE001 - numba internals: assume cached
+        return True
+
+
+def cold_forward(net) -> list[str]:
+    """The names of the kernels `net`'s forward pass would compile (empty on a warm cache)."""
+    seen, cold = set(), []
+    for l in net.layers:
+        for d in forward_kernels(l, net):
+            if d not in seen:
+                seen.add(d)
+                if not in_cache(d):
+                    cold.append(d.py_func.__name__)
+    return cold
+
+
 def run_layer(net, i, x):
     """Layer i's test-mode forward on whatever its input buffer holds (only the compiled code
     matters when tasks are skipped)."""
@@ -132,24 +180,78 @@ def compile_forwards(net, image, claims: Claims, thresh: float, hier: float, nms
 
 
 def start(net, thresh: float, hier: float, nms: float,
-          claims: Claims | None = None) -> subprocess.Popen | None:
+          claims: Claims | None = None, background: bool = False) -> subprocess.Popen | None:
     """The helper process for `net`, claiming its tasks in `claims` (None when there is one
-    core, or no cfg file to build it from)."""
+    core, or no cfg file to build it from). `background`: a helper left to finish after this
+    process ends (at a lower priority, removing the claims folder at its end), even on one
+    core; none when another background helper is still running."""
     from ..launcher import usable_cores
     cfg = getattr(net, "cfg_path", None)
-    if usable_cores() < 2 or not cfg or not os.path.isfile(cfg):
+    if (usable_cores() < 2 and not background) or not cfg or not os.path.isfile(cfg):
+        return None
+    if background and not _take_background_lock():
         return None
     args = [str(cfg), str(net.batch), str(net.w), str(net.h), net.quirks.dialect,
             repr(float(thresh)), repr(float(hier)), repr(float(nms)),
             str(int(net.exact or net.quirks.compat is not None))]
-    if claims is not None:
-        args.append(claims.folder)
+    args.append(claims.folder if claims is not None else "")
+    if background:
+        args.append("background")
     try:
-        return subprocess.Popen([sys.executable, "-m", __name__, *args],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        helper = subprocess.Popen([sys.executable, "-m", __name__, *args],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, start_new_session=background)
     except OSError:             # no process to spare: the first one compiles everything
         return None
+    if background:
+        _write_lock(helper.pid)
+    return helper
+
+
+def _lock_path() -> str:
+    import tempfile
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    return os.path.join(tempfile.gettempdir(), f"darknumba-background-compile-{uid}.pid")
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie, ended but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:             # someone else's process: alive
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _take_background_lock() -> bool:
+    """False while another background compile (its pid in the lock file) is running."""
+    try:
+        with open(_lock_path()) as f:
+            pid = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return True
+    return not (pid > 0 and pid != os.getpid() and _alive(pid))
+
+
+def _write_lock(pid: int):
+    try:
+        tmp = f"{_lock_path()}.{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(str(pid))
+        os.replace(tmp, _lock_path())
+    except OSError:
+        pass
+
+
+def background_running() -> bool:
+    """Whether a background compile started by some darknumba process is still running."""
+    return not _take_background_lock()
 
 
 def stop(helper: subprocess.Popen | None):
@@ -195,5 +297,14 @@ def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: flo
 
 if __name__ == "__main__":
     a = sys.argv[1:]
+    background = len(a) > 10 and a[10] == "background"
+    if background and hasattr(os, "nice"):
+        try:
+            os.nice(10)         # left to fill the cache: yield to what the user runs next
+        except OSError:
+            pass
+    shared = Claims(a[9]) if len(a) > 9 and a[9] else None
+    if shared is not None and background:
+        shared.own = True       # the first process has gone: the folder is this one's to remove
     compile_backwards(a[0], int(a[1]), int(a[2]), int(a[3]), a[4], float(a[5]), float(a[6]),
-                      float(a[7]), a[8] == "1", Claims(a[9]) if len(a) > 9 else None)
+                      float(a[7]), a[8] == "1", shared)

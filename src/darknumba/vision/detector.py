@@ -291,7 +291,8 @@ class Detector:
     def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float = 0.5,
                  nms: float = 0.45, hier: float = 0.5, names=None, letterbox: bool | None = None,
                  dialect: str | None = None, ext_output: bool = False,
-                 log: Callable[[str], None] | None = None, exact: bool | None = None):
+                 log: Callable[[str], None] | None = None, exact: bool | None = None,
+                 first_run: str = "compile"):
         if isinstance(cfg, Network):
             if weights is not None or dialect is not None:
                 raise ValueError("weights and dialect build a network from a cfg; this one is "
@@ -310,12 +311,25 @@ class Detector:
         self.ext_output = ext_output
         self.log = log or _stderr
         self.warm = False
+        if first_run not in ("compile", "numpy"):
+            raise ValueError(f"first_run: 'compile' or 'numpy', not {first_run!r}")
+        self.first_run = first_run
+        self.numpy_forward = False          # the forward pass in numpy (a first run, see below)
+        self._background = None
 
     def warm_up(self):
         """Run the pipeline once on a blank image, so that every kernel it calls is compiled
         (or loaded from numba's cache) before an image is timed; `log` gets one line when numba
-        has to compile. run() does it first."""
+        has to compile. run() does it first.
+
+        With first_run="numpy", on a cold cache (kernels of the forward pass not compiled for
+        this CPU) and a network numpy_forward covers: the forward pass runs in numpy instead,
+        only the boxes' decoding and NMS are compiled here (seconds), and a background process
+        compiles the rest for later runs; run() goes over to the compiled path once it has."""
         if self.warm:
+            return
+        if self.first_run == "numpy" and self._numpy_first_run():
+            self.warm = True
             return
         from . import compile_ahead
         blank = np.full((self.net.c, self.net.h, self.net.w), 0.5, np.float32)
@@ -335,6 +349,49 @@ class Detector:
                 compile_ahead.stop(h)
             claims.remove()
         self.warm = True
+
+    def _numpy_first_run(self) -> bool:
+        """Start the numpy first run (see warm_up); False when it does not apply."""
+        from .. import numpy_forward
+        from . import compile_ahead
+        if numpy_forward.unsupported(self.net) is not None or not getattr(
+                self.net, "cfg_path", None) or not compile_ahead.cold_forward(self.net):
+            return False
+        claims = compile_ahead.Claims()
+        claims.take("boxes")                # compiled here, first: the background does the rest
+        helper = compile_ahead.start(self.net, self.thresh, self.hier, self.nms, claims,
+                                     background=True)
+        if helper is None:
+            claims.remove()
+        where = f" (pid {helper.pid})" if helper is not None else ""
+        self.log(f"darknumba: first run on this CPU: numpy computes the forward pass while the "
+                 f"kernels compile in the background{where} for the next runs; compiling the "
+                 f"box decoding (seconds)")
+        blank = np.full((self.net.c, self.net.h, self.net.w), 0.5, np.float32)
+        detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox,
+               forward=numpy_forward.forward)
+        claims.finish("boxes")
+        self.numpy_forward, self._background = True, helper
+        return True
+
+    def _compiled_ready(self) -> bool:
+        """During a numpy first run: whether the background compile has finished, and the
+        compiled path can take over (the next warm_up loads it from the cache)."""
+        from . import compile_ahead
+        h = self._background
+        if (h.poll() is None) if h is not None else compile_ahead.background_running():
+            return False
+        return not compile_ahead.cold_forward(self.net)
+
+    def _forward(self):
+        """The forward pass _detect uses: numpy's until the compiled kernels are ready."""
+        if self.numpy_forward and self._compiled_ready():
+            self.numpy_forward, self.warm, self.first_run = False, False, "compile"
+            self.warm_up()
+        if self.numpy_forward:
+            from ..numpy_forward import forward
+            return forward
+        return None
 
     def run(self, images: Iterable) -> Iterator[Prediction]:
         """A Prediction per item of `images` (paths, arrays or Pillow images, taken as they
@@ -358,9 +415,10 @@ class Detector:
     def _detect(self, chunk: list[Prediction]) -> list[Prediction]:
         live = [p for p in chunk if p.image is not None]
         if live:
+            forward = self._forward()
             t0 = time.perf_counter()
             dets = detect(self.net, [p.image for p in live], self.thresh, self.hier, self.nms,
-                          self.letterbox)
+                          self.letterbox, forward=forward)
             seconds = (time.perf_counter() - t0) / len(live)
             for p, d in zip(live, dets, strict=True):
                 p.detections, p.seconds = d, seconds
