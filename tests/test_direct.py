@@ -149,8 +149,8 @@ def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
 
 
 def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_path):
-    """32 input channels (K = 288), in training: direct with 32 filters, im2col + GEMM with 64
-    (and at inference, and under compat=); the direct layer's training step and test-mode
+    """32 input channels (K = 288), in training and at inference: direct with 32 filters,
+    im2col + GEMM with 64 (and under compat=); the direct layer's training step and test-mode
     output as the GEMM path's."""
     import darknumba as dn
     from darknumba.layers import convolutional
@@ -160,7 +160,7 @@ def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_pa
                    + conv.format(32) + conv.format(64) + "[cost]\ntype=sse\n")
     net = dn.parse_network_cfg(str(cfg), seed=1)
     assert [l._direct_thin(True) for l in net.layers[:2]] == [True, False]
-    assert [l._direct_thin() for l in net.layers[:2]] == [False, False]       # inference
+    assert [l._direct_thin() for l in net.layers[:2]] == [True, False]        # inference
     compat = dn.parse_network_cfg(str(cfg), seed=1, compat="darknet-cpu")   # C's sums' order
     assert [l._direct_thin(True) for l in compat.layers[:2]] == [False, False]
     x = rng.uniform(0, 1, (2, 32, 8, 9)).astype(np.float32)

@@ -43,10 +43,10 @@ DIRECT_MAX_K = 160
 # ... except for few filters: a GEMM of M <= 32 rows runs far from the BLAS peak, and the direct
 # kernel wins up to K = 288 (measured on a 2-core AMD EPYC, AVX2: yolov4-tiny's 32 -> 32
 # layers 4 and 5 at 104x104, 0.77-0.79x forward, 0.81-0.83x forward+backward at batch 8;
-# with 64 filters, yolov3-tiny's layer 4, it loses: 1.13x). In training only: at inference the
-# ~2 ms it saves on yolov4-tiny do not pay for compiling the direct kernel (~19 s on that
-# machine) in a first `detect` of a network that does not otherwise use it. Not under compat=,
-# whose paths are the ones checked against C darknet's recorded tensors (its sums' order)
+# with 64 filters, yolov3-tiny's layer 4, it loses: 1.13x). At inference too since a first
+# `detect` no longer waits for the compile (numpy_forward.py): yolov4-tiny's layers 4 and 5
+# 4.8 -> 3.4 ms each at batch 1 (same machine). Not under compat=, whose paths are the ones
+# checked against C darknet's recorded tensors (its sums' order)
 DIRECT_MAX_K_FEW_FILTERS = 288
 FEW_FILTERS = 32
 
@@ -121,12 +121,12 @@ class ConvolutionalLayer(Layer):
         return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
 
     def _direct_thin(self, train=False) -> bool:
-        """A thin stride-1 convolution computed directly (see DIRECT_MAX_K; in training also
-        DIRECT_MAX_K_FEW_FILTERS); same sums as the GEMM path up to float32 rounding of their
-        order."""
+        """A thin stride-1 convolution computed directly (see DIRECT_MAX_K and
+        DIRECT_MAX_K_FEW_FILTERS), in training and at inference alike; same sums as the GEMM
+        path up to float32 rounding of their order."""
         return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
                 and not self.ext and (self.c * 9 <= DIRECT_MAX_K or (
-                    train and self.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and self.n <= FEW_FILTERS
+                    self.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and self.n <= FEW_FILTERS
                     and self.quirks.compat is None)))
 
     def _batched(self, n) -> bool:
