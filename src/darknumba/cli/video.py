@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .detect import json_lines_to, predicted_in, warn
+from .detect import first_run_mode, json_lines_to, predicted_in, warn
 
 
 def _fps(rate) -> str:
@@ -66,7 +66,7 @@ def detect_video_file(detector_args: dict, video, out: Optional[Path], json_out,
     from ..vision.video import open_video
     reader, writer = open_video(video, out)
     try:
-        detector = Detector(**detector_args, batch=batch, log=warn)
+        detector = Detector(**detector_args, batch=batch, log=warn, first_run=first_run_mode())
     except BaseException:
         reader.close()
         if writer is not None:
