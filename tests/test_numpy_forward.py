@@ -2,6 +2,7 @@
 by layer; the Detector's numpy first run and its hand-over to the compiled path; the cache
 probe and the background compile's lock (vision/compile_ahead.py)."""
 import importlib.util
+import os
 import subprocess
 import sys
 import time
@@ -94,13 +95,14 @@ def test_a_real_detector_prints_the_same_lines_first_run_or_not(monkeypatch):
         want = [p.lines() for p in compiled.run(images)]
         started = []
         monkeypatch.setattr(compile_ahead, "cold_forward", lambda net: ["im2col_batch_cpu"])
-        monkeypatch.setattr(compile_ahead, "start", lambda *a, **k: started.append(k) or None)
+        monkeypatch.setattr(compile_ahead, "start_background",
+                            lambda *a, **k: started.append(a[0]) or [])
         monkeypatch.setattr(compile_ahead, "background_running", lambda: True)
         logs = []
         first = Detector(ROOT / "cfg" / f"{cfg}.cfg", weights, log=logs.append,
                          first_run="numpy")
         got = [p.lines() for p in first.run(images[:2])]
-        assert first.numpy_forward and started == [{"background": True}]
+        assert first.numpy_forward and started == [first.net]
         assert "numpy computes the forward pass" in logs[0]
         monkeypatch.setattr(compile_ahead, "background_running", lambda: False)
         monkeypatch.setattr(compile_ahead, "cold_forward", lambda net: [])
@@ -139,7 +141,7 @@ def test_background_lock_follows_the_process(tmp_path, monkeypatch):
     assert compile_ahead._take_background_lock()        # no lock file
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        compile_ahead._write_lock(p.pid)
+        compile_ahead._write_lock([os.getpid(), p.pid])       # its own pid does not count
         assert not compile_ahead._take_background_lock() and compile_ahead.background_running()
         p.kill()
         for _ in range(200):        # ended, not yet reaped: a zombie counts as ended
@@ -153,3 +155,28 @@ def test_background_lock_follows_the_process(tmp_path, monkeypatch):
         p.wait()
     lock.write_text("garbage")
     assert compile_ahead._take_background_lock()
+
+
+def test_the_second_background_helper_starts_at_exit_from_the_other_end(tmp_path, monkeypatch):
+    class Running:
+        pid = 12345
+
+        def poll(self):
+            return None
+    net = _net(tmp_path, PJREDDIE, "pjreddie")
+    net.cfg_path = str(tmp_path / "pjreddie.cfg")
+    calls = []
+    monkeypatch.setattr(compile_ahead, "cold_forward", lambda net: ["im2col_batch_cpu"])
+    monkeypatch.setattr(compile_ahead, "start_background",
+                        lambda *a, joining=None, **k: calls.append((a[5:], joining))
+                        or [*(joining or []), Running()])
+    registered = []
+    monkeypatch.setattr("atexit.register", lambda f, *a: registered.append((f, a)))
+    monkeypatch.setattr("darknumba.launcher.usable_cores", lambda: 2)
+    d = Detector(net, log=lambda m: None, first_run="numpy")
+    d.warm_up()
+    assert d.numpy_forward and len(calls) == 1 and calls[0][1] is None   # one helper now
+    (f, args), = registered
+    f(*args)                                                 # what runs at exit
+    assert calls[1][0] == ("forwards",) and len(calls[1][1]) == 1 and len(d._background) == 2
+    args[0].remove()                                         # the claims folder

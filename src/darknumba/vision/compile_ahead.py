@@ -8,7 +8,12 @@ other's tasks and runs the detector once more, every kernel now loaded from numb
 two idle cores a first run compiles in about half the time. The helper only fills the cache:
 nothing depends on it, and it is stopped once the first process has every kernel.
 
-    python -m darknumba.vision.compile_ahead CFG BATCH WIDTH HEIGHT DIALECT THRESH HIER NMS EXACT [CLAIMS]
+    python -m darknumba.vision.compile_ahead CFG BATCH WIDTH HEIGHT DIALECT THRESH HIER NMS EXACT
+        [CLAIMS [background [forwards|backwards]]]
+
+A numpy first run (Detector(first_run="numpy")) leaves the compile to background helpers
+instead: they outlive the first process, at a lower priority, and fill the cache for later
+runs (start_background).
 """
 from __future__ import annotations
 
@@ -179,33 +184,62 @@ def compile_forwards(net, image, claims: Claims, thresh: float, hier: float, nms
     return whole
 
 
-def start(net, thresh: float, hier: float, nms: float,
-          claims: Claims | None = None, background: bool = False) -> subprocess.Popen | None:
-    """The helper process for `net`, claiming its tasks in `claims` (None when there is one
-    core, or no cfg file to build it from). `background`: a helper left to finish after this
-    process ends (at a lower priority, removing the claims folder at its end), even on one
-    core; none when another background helper is still running."""
-    from ..launcher import usable_cores
-    cfg = getattr(net, "cfg_path", None)
-    if (usable_cores() < 2 and not background) or not cfg or not os.path.isfile(cfg):
-        return None
-    if background and not _take_background_lock():
-        return None
-    args = [str(cfg), str(net.batch), str(net.w), str(net.h), net.quirks.dialect,
+def _helper_args(net, thresh, hier, nms, claims) -> list[str]:
+    return [str(net.cfg_path), str(net.batch), str(net.w), str(net.h), net.quirks.dialect,
             repr(float(thresh)), repr(float(hier)), repr(float(nms)),
-            str(int(net.exact or net.quirks.compat is not None))]
-    args.append(claims.folder if claims is not None else "")
-    if background:
-        args.append("background")
+            str(int(net.exact or net.quirks.compat is not None)),
+            claims.folder if claims is not None else ""]
+
+
+def _has_cfg(net) -> bool:
+    cfg = getattr(net, "cfg_path", None)
+    return bool(cfg) and os.path.isfile(cfg)
+
+
+def start(net, thresh: float, hier: float, nms: float,
+          claims: Claims | None = None) -> subprocess.Popen | None:
+    """The helper process for `net`, claiming its tasks in `claims` (None when there is one
+    core, or no cfg file to build it from)."""
+    from ..launcher import usable_cores
+    if usable_cores() < 2 or not _has_cfg(net):
+        return None
     try:
-        helper = subprocess.Popen([sys.executable, "-m", __name__, *args],
-                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, start_new_session=background)
+        return subprocess.Popen([sys.executable, "-m", __name__,
+                                 *_helper_args(net, thresh, hier, nms, claims)],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
     except OSError:             # no process to spare: the first one compiles everything
         return None
-    if background:
-        _write_lock(helper.pid)
-    return helper
+
+
+def start_background(net, thresh: float, hier: float, nms: float, claims: Claims,
+                     direction: str = "backwards",
+                     joining: list | None = None) -> list[subprocess.Popen]:
+    """A helper left to compile `net`'s kernels after this process ends, at a lower priority,
+    walking the tasks `direction` ("backwards" from the boxes, "forwards" from the input;
+    the last helper to finish removes the claims folder). None while an earlier background
+    compile still runs (the lock file holds its pids), or without a cfg file to build the
+    network from. `joining`: the helpers already started for this compile, which this one
+    joins (no lock check; the lock then holds every pid). Returns joining + the new helper."""
+    joining = list(joining or [])
+    if not _has_cfg(net) or (not joining and not _take_background_lock()):
+        return joining
+    try:
+        helper = subprocess.Popen(
+            [sys.executable, "-m", __name__, *_helper_args(net, thresh, hier, nms, claims),
+             "background", direction],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True)
+    except OSError:
+        return joining
+    _write_lock([h.pid for h in joining] + [helper.pid])
+    return joining + [helper]
+
+
+def stop(helper: subprocess.Popen | None):
+    if helper is not None:
+        helper.kill()
+        helper.wait()
 
 
 def _lock_path() -> str:
@@ -230,20 +264,20 @@ def _alive(pid: int) -> bool:
 
 
 def _take_background_lock() -> bool:
-    """False while another background compile (its pid in the lock file) is running."""
+    """False while another background compile (a pid in the lock file) is running."""
     try:
         with open(_lock_path()) as f:
-            pid = int(f.read().strip() or 0)
+            pids = [int(p) for p in f.read().split()]
     except (OSError, ValueError):
         return True
-    return not (pid > 0 and pid != os.getpid() and _alive(pid))
+    return not any(pid > 0 and pid != os.getpid() and _alive(pid) for pid in pids)
 
 
-def _write_lock(pid: int):
+def _write_lock(pids: list[int]):
     try:
         tmp = f"{_lock_path()}.{os.getpid()}"
         with open(tmp, "w") as f:
-            f.write(str(pid))
+            f.write(" ".join(map(str, pids)))
         os.replace(tmp, _lock_path())
     except OSError:
         pass
@@ -254,19 +288,15 @@ def background_running() -> bool:
     return not _take_background_lock()
 
 
-def stop(helper: subprocess.Popen | None):
-    if helper is not None:
-        helper.kill()
-        helper.wait()
-
-
 def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: float,
-                      hier: float, nms: float, exact: bool = False, claims: Claims | None = None):
+                      hier: float, nms: float, exact: bool = False, claims: Claims | None = None,
+                      forwards: bool = False):
     """The helper's share: every task of the detector from the end, each only if claimed
     here: the outputs' decoding and NMS, the layers other than convolutions from the last one,
     the first Winograd layer, then the convolutions from the last one; each layer's forward on
     whatever its buffers hold (only the compiled code matters here), on the detector's path
-    (Winograd or `exact`)."""
+    (Winograd or `exact`). `forwards`: the layers from the first on, then the boxes (the
+    second of two background helpers)."""
     import numpy as np
 
     from ..layers.conv_winograd import use_winograd
@@ -289,9 +319,14 @@ def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: flo
     order = list(reversed(range(len(net.layers))))
     convolutions = [i for i in order if net.layers[i].type == "convolutional"]
     winograd = [i for i in convolutions if use_winograd(net.layers[i], net)]
-    task("boxes", lambda: boxes_task(net, w, h, thresh, hier, nms))
-    for i in [i for i in order if i not in convolutions] + winograd[-1:] + convolutions:
-        task(kernel_key(net.layers[i], net), lambda i=i: run_layer(net, i, x))
+    if forwards:
+        for i in range(len(net.layers)):
+            task(kernel_key(net.layers[i], net), lambda i=i: run_layer(net, i, x))
+        task("boxes", lambda: boxes_task(net, w, h, thresh, hier, nms))
+    else:
+        task("boxes", lambda: boxes_task(net, w, h, thresh, hier, nms))
+        for i in [i for i in order if i not in convolutions] + winograd[-1:] + convolutions:
+            task(kernel_key(net.layers[i], net), lambda i=i: run_layer(net, i, x))
     claims.remove()
 
 
@@ -305,6 +340,8 @@ if __name__ == "__main__":
             pass
     shared = Claims(a[9]) if len(a) > 9 and a[9] else None
     if shared is not None and background:
-        shared.own = True       # the first process has gone: the folder is this one's to remove
+        # the first process has gone: the helpers remove the folder (the first to finish;
+        # the other then works alone, loading what is already compiled from the cache)
+        shared.own = True
     compile_backwards(a[0], int(a[1]), int(a[2]), int(a[3]), a[4], float(a[5]), float(a[6]),
-                      float(a[7]), a[8] == "1", shared)
+                      float(a[7]), a[8] == "1", shared, forwards=len(a) > 11 and a[11] == "forwards")

@@ -26,6 +26,7 @@ Video files go through iter_video / predict_video (vision/video.py: one record p
 """
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import sys
@@ -315,7 +316,7 @@ class Detector:
             raise ValueError(f"first_run: 'compile' or 'numpy', not {first_run!r}")
         self.first_run = first_run
         self.numpy_forward = False          # the forward pass in numpy (a first run, see below)
-        self._background = None
+        self._background: list = []       # the background compile's helpers (a first run)
 
     def warm_up(self):
         """Run the pipeline once on a blank image, so that every kernel it calls is compiled
@@ -359,11 +360,11 @@ class Detector:
             return False
         claims = compile_ahead.Claims()
         claims.take("boxes")                # compiled here, first: the background does the rest
-        helper = compile_ahead.start(self.net, self.thresh, self.hier, self.nms, claims,
-                                     background=True)
-        if helper is None:
+        helpers = compile_ahead.start_background(self.net, self.thresh, self.hier, self.nms,
+                                                 claims)
+        if not helpers:
             claims.remove()
-        where = f" (pid {helper.pid})" if helper is not None else ""
+        where = f" (pid {', '.join(str(h.pid) for h in helpers)})" if helpers else ""
         self.log(f"darknumba: first run on this CPU: numpy computes the forward pass while the "
                  f"kernels compile in the background{where} for the next runs; compiling the "
                  f"box decoding (seconds)")
@@ -371,15 +372,30 @@ class Detector:
         detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox,
                forward=numpy_forward.forward)
         claims.finish("boxes")
-        self.numpy_forward, self._background = True, helper
+        self.numpy_forward, self._background = True, helpers
+        if helpers:
+            # a second helper, from the other end, once this process no longer needs the
+            # cores (started now, it would slow this first answer by half)
+            atexit.register(self._second_helper, claims)
         return True
+
+    def _second_helper(self, claims):
+        from ..launcher import usable_cores
+        from . import compile_ahead
+        if usable_cores() >= 2 and self._background and self._background[0].poll() is None \
+                and os.path.isdir(claims.folder):
+            self._background = compile_ahead.start_background(
+                self.net, self.thresh, self.hier, self.nms, claims, "forwards",
+                joining=self._background)
 
     def _compiled_ready(self) -> bool:
         """During a numpy first run: whether the background compile has finished, and the
         compiled path can take over (the next warm_up loads it from the cache)."""
         from . import compile_ahead
-        h = self._background
-        if (h.poll() is None) if h is not None else compile_ahead.background_running():
+        if self._background:
+            if all(h.poll() is None for h in self._background):
+                return False
+        elif compile_ahead.background_running():
             return False
         return not compile_ahead.cold_forward(self.net)
 
