@@ -118,3 +118,11 @@ def test_torch_first_numba_openmp_runs_on_its_own_libgomp():
 def test_darknumba_first_keeps_openmp():
     r = run("import json, darknumba, numba; print(json.dumps(numba.config.THREADING_LAYER))")
     assert r == "default"
+
+
+def test_import_leaves_the_garbage_collector_as_it_found_it():
+    """The collector is off while darknumba imports (numba's objects), then as it was."""
+    code = ("import gc, json; gc.{}(); import darknumba; "
+            "print(json.dumps(gc.isenabled()))")
+    assert run(code.format("enable")) is True
+    assert run(code.format("disable")) is False

@@ -1,5 +1,12 @@
 """darknumba: Darknet's layers, loss and training loop, compiled with Numba for the CPU."""
-from . import thread_policy
+import gc as _gc
+
+# numba's import makes a few hundred thousand objects: the collector's full passes over them
+# during the import cost ~0.1-0.3 s and find nothing to free. Off while importing, then as it was.
+_gc_was_enabled = _gc.isenabled()
+_gc.disable()
+
+from . import thread_policy  # noqa: E402
 
 # numba's OpenMP workers and OpenBLAS's workers spin after their work and take each other's cores:
 # set their wait policies before numba starts, also when numpy or torch came first (thread_policy.py).
@@ -19,6 +26,9 @@ __all__ = [
     "parse_network_cfg", "load_network", "load_weights", "save_weights", "Detector",
 ]
 __version__ = "0.1.0"
+
+if _gc_was_enabled:
+    _gc.enable()
 
 # Built on the engine, loaded on first use (`dn.Detector`): importing darknumba loads no
 # application module, so the engine stays usable without them.

@@ -164,6 +164,7 @@ def _silence_broken_pipe():
 
 
 def main():
+    gc.freeze()         # what the imports made stays: later collections need not walk it
     code = run()
     # The objects of numba, llvmlite and typer stay until exit; frozen, the interpreter's last
     # collections skip them (~0.4 s of a warm `detect`). Nothing is lost: no objects we
