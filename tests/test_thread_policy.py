@@ -126,3 +126,7 @@ def test_import_leaves_the_garbage_collector_as_it_found_it():
             "print(json.dumps(gc.isenabled()))")
     assert run(code.format("enable")) is True
     assert run(code.format("disable")) is False
+    failing = ("import gc, json, sys; sys.modules['darknumba.network'] = None\n"
+               "try:\n    import darknumba\nexcept ImportError:\n    pass\n"
+               "print(json.dumps(gc.isenabled()))")
+    assert run(failing) is True                 # an import that fails half way restores it

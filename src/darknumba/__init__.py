@@ -5,30 +5,32 @@ import gc as _gc
 # during the import cost ~0.1-0.3 s and find nothing to free. Off while importing, then as it was.
 _gc_was_enabled = _gc.isenabled()
 _gc.disable()
+try:
+    from . import thread_policy
 
-from . import thread_policy  # noqa: E402
+    # numba's OpenMP workers and OpenBLAS's workers spin after their work and take each
+    # other's cores: set their wait policies before numba starts, also when numpy or torch
+    # came first (thread_policy.py).
+    thread_policy.apply()
+    # Under mpirun, several ranks share this machine's cores: size the thread pools before
+    # they start.
+    from .launcher import limit_threads_per_rank
 
-# numba's OpenMP workers and OpenBLAS's workers spin after their work and take each other's cores:
-# set their wait policies before numba starts, also when numpy or torch came first (thread_policy.py).
-thread_policy.apply()
-# Under mpirun, several ranks share this machine's cores: size the thread pools before they start.
-from .launcher import limit_threads_per_rank  # noqa: E402
+    limit_threads_per_rank()
 
-limit_threads_per_rank()
-
-from .errors import DarknumbaError, CfgError, WeightsError  # noqa: E402
-from .network import Network  # noqa: E402
-from .parser import parse_network_cfg, load_network  # noqa: E402
-from .weights import load_weights, save_weights  # noqa: E402
+    from .errors import DarknumbaError, CfgError, WeightsError
+    from .network import Network
+    from .parser import parse_network_cfg, load_network
+    from .weights import load_weights, save_weights
+finally:                    # also when an import fails: the collector as it was
+    if _gc_was_enabled:
+        _gc.enable()
 
 __all__ = [
     "DarknumbaError", "CfgError", "WeightsError", "Network",
     "parse_network_cfg", "load_network", "load_weights", "save_weights", "Detector",
 ]
 __version__ = "0.1.0"
-
-if _gc_was_enabled:
-    _gc.enable()
 
 # Built on the engine, loaded on first use (`dn.Detector`): importing darknumba loads no
 # application module, so the engine stays usable without them.
