@@ -161,6 +161,7 @@ def test_sample_photo_without_scikit_image_is_fetched_once_into_the_cache(monkey
         "sha256": hashlib.sha256(photo).hexdigest(), "url": "https://example.invalid/c.png",
         "pypi": ("scikit-image", "9.9", "wheel", member)})
     monkeypatch.setattr(detect, "SAMPLE", ("no_such_module_here", "data/coffee.png"))
+    monkeypatch.delenv("DARKNUMBA_CACHE", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     index = "https://pypi.org/simple/scikit-image/"
     net = _serve(monkeypatch, {
@@ -177,3 +178,7 @@ def test_sample_photo_without_scikit_image_is_fetched_once_into_the_cache(monkey
     p.unlink()
     with pytest.raises(DarknumbaError, match="pass an IMAGE"):
         detect.sample_image()
+    monkeypatch.setenv("DARKNUMBA_CACHE", str(tmp_path / "own"))        # wins over XDG's
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "coffee.png").write_bytes(photo)
+    assert detect.sample_image() == tmp_path / "own" / "coffee.png"

@@ -55,15 +55,14 @@ def sample_image() -> Path:
     whenever it is installed (+0.3-0.4 s on every run)."""
     import importlib.util
 
-    from ..data.fetch import SAMPLE_PHOTO, fetch_file
+    from ..data.fetch import SAMPLE_PHOTO, cache_dir, fetch_file
     spec = importlib.util.find_spec(SAMPLE[0])
     for loc in (spec.submodule_search_locations or []) if spec else []:
         p = Path(loc) / SAMPLE[1]
         if p.is_file():
             return p
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "darknumba"
     try:
-        return fetch_file(SAMPLE_PHOTO, cache / Path(SAMPLE[1]).name,
+        return fetch_file(SAMPLE_PHOTO, cache_dir() / Path(SAMPLE[1]).name,
                           log=lambda m: warn(m) if m.startswith("downloading") else None)
     except DarknumbaError as e:
         raise DataError(f"{e}; pass an IMAGE") from None

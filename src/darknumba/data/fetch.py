@@ -43,6 +43,14 @@ SAMPLE_PHOTO = {
 }
 
 
+def cache_dir() -> Path:
+    """darknumba's folder in the user's cache: $DARKNUMBA_CACHE, else $XDG_CACHE_HOME/darknumba,
+    else ~/.cache/darknumba (the sample photo, `compare --darknet`'s compiled shims)."""
+    base = os.environ.get("DARKNUMBA_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "darknumba")
+    return Path(base)
+
+
 def sha256_file(path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

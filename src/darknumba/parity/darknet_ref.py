@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..data.fetch import cache_dir
 from ..errors import DarknumbaError
 
 SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
@@ -47,12 +48,6 @@ MODES = ("forward_test", "forward_train", "trainstep")
 SAFE_PATH_CHARS = r"[A-Za-z0-9_./+@~ -]"
 SAFE_PATH = re.compile(SAFE_PATH_CHARS + "+")
 COMPILE_TIMEOUT = 300.0     # seconds for the shim's compile and link
-
-
-def cache_dir() -> Path:
-    base = os.environ.get("DARKNUMBA_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "darknumba")
-    return Path(base)
 
 
 def _sha256(*blobs: bytes) -> str:
