@@ -159,17 +159,16 @@ def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_pa
     cfg.write_text("[net]\nbatch=2\nwidth=9\nheight=8\nchannels=32\nlearning_rate=0.01\n"
                    + conv.format(32) + conv.format(64) + "[cost]\ntype=sse\n")
     net = dn.parse_network_cfg(str(cfg), seed=1)
-    assert [l._direct_thin(True) for l in net.layers[:2]] == [True, False]
-    assert [l._direct_thin() for l in net.layers[:2]] == [True, False]        # inference
+    assert [l._direct_thin() for l in net.layers[:2]] == [True, False]   # training, inference
     compat = dn.parse_network_cfg(str(cfg), seed=1, compat="darknet-cpu")   # C's sums' order
-    assert [l._direct_thin(True) for l in compat.layers[:2]] == [False, False]
+    assert [l._direct_thin() for l in compat.layers[:2]] == [False, False]
     x = rng.uniform(0, 1, (2, 32, 8, 9)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, 64 * 8 * 9)).astype(np.float32)
     runs = []
     for few in (convolutional.DIRECT_MAX_K_FEW_FILTERS, 0):
         monkeypatch.setattr(convolutional, "DIRECT_MAX_K_FEW_FILTERS", few)
         net = dn.parse_network_cfg(str(cfg), seed=1)
-        assert net.layers[0]._direct_thin(True) == (few > 0)
+        assert net.layers[0]._direct_thin() == (few > 0)
         net.train_datum(x, truth)
         runs.append([a.copy() for a in (net.layers[0].output, net.layers[0].delta,
                                         net.layers[0].weights, net.predict(x))])

@@ -120,10 +120,10 @@ class ConvolutionalLayer(Layer):
             return False
         return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
 
-    def _direct_thin(self, train=False) -> bool:
+    def _direct_thin(self) -> bool:
         """A thin stride-1 convolution computed directly (see DIRECT_MAX_K and
-        DIRECT_MAX_K_FEW_FILTERS), in training and at inference alike; same sums as the GEMM
-        path up to float32 rounding of their order."""
+        DIRECT_MAX_K_FEW_FILTERS), in training and at inference alike (the forward pass and
+        the gradients); same sums as the GEMM path up to float32 rounding of their order."""
         return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
                 and not self.ext and (self.c * 9 <= DIRECT_MAX_K or (
                     self.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and self.n <= FEW_FILTERS
@@ -182,7 +182,7 @@ class ConvolutionalLayer(Layer):
         cg = self.c // self.groups
         if net.train:
             self.weights_changed()      # training changes them: the transform is made anew
-        if self._direct_thin(net.train):
+        if self._direct_thin():
             self._forward_direct(net)
             return
         if use_winograd(self, net):
@@ -279,7 +279,7 @@ class ConvolutionalLayer(Layer):
             # AlexeyAB's CPU col2im_cpu_ext zeroes the input delta before adding into it,
             # dropping what later layers (a route, a shortcut) already passed down
             net.delta[:self.batch * self.inputs] = 0.0
-        if self._direct_thin(True):
+        if self._direct_thin():
             self._backward_direct(net)
             return
         # the input gradient of a Winograd layer is a Winograd convolution too (conv_winograd.py)

@@ -85,7 +85,7 @@ def kernel_key(l, net) -> str:
     from ..layers.conv_winograd import use_winograd
     parts = [l.type, str(getattr(l, "activation", ""))]
     if l.type == "convolutional":
-        path = ("direct" if l._direct_thin(False) else "winograd" if use_winograd(l, net)
+        path = ("direct" if l._direct_thin() else "winograd" if use_winograd(l, net)
                 else "1x1" if l._direct_1x1() else "gemm")
         # size and stride change no kernel: im2col takes them as values
         parts += [path, str(l.batch_normalize), str(l.groups > 1)]
@@ -100,7 +100,7 @@ def forward_kernels(l, net) -> list:
     from ..layers.conv_winograd import use_winograd
     t = l.type
     if t == "convolutional":
-        if l._direct_thin(False):
+        if l._direct_thin():
             return [direct.conv3x3_direct_cpu]
         path = ([winograd.winograd_input_cpu, winograd.winograd_output_cpu]
                 if use_winograd(l, net) else [] if l._direct_1x1() else [im2col.im2col_batch_cpu])
