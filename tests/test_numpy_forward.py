@@ -138,23 +138,23 @@ def test_in_cache_tells_a_compiled_kernel_from_a_new_one(tmp_path):
 def test_background_lock_follows_the_process(tmp_path, monkeypatch):
     lock = tmp_path / "lock.pid"
     monkeypatch.setattr(compile_ahead, "_lock_path", lambda: str(lock))
-    assert compile_ahead._take_background_lock()        # no lock file
+    assert compile_ahead._lock_free()        # no lock file
     p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         compile_ahead._write_lock([os.getpid(), p.pid])       # its own pid does not count
-        assert not compile_ahead._take_background_lock() and compile_ahead.background_running()
+        assert not compile_ahead._lock_free() and compile_ahead.background_running()
         p.kill()
         for _ in range(200):        # ended, not yet reaped: a zombie counts as ended
             if not compile_ahead._alive(p.pid):
                 break
             time.sleep(0.02)
         assert not compile_ahead._alive(p.pid)
-        assert compile_ahead._take_background_lock()
+        assert compile_ahead._lock_free()
     finally:
         p.kill()
         p.wait()
     lock.write_text("garbage")
-    assert compile_ahead._take_background_lock()
+    assert compile_ahead._lock_free()
 
 
 def test_the_second_background_helper_starts_at_exit_from_the_other_end(tmp_path, monkeypatch):
@@ -180,3 +180,15 @@ def test_the_second_background_helper_starts_at_exit_from_the_other_end(tmp_path
     f(*args)                                                 # what runs at exit
     assert calls[1][0] == ("forwards",) and len(calls[1][1]) == 1 and len(d._background) == 2
     args[0].remove()                                         # the claims folder
+
+
+def test_the_cache_probe_asks_each_layer_for_its_kernels(tmp_path):
+    """forward_kernels names what the layers' forward passes call: maxpools by their own
+    forward_kernel (the 5x5 one its two-pass rows kernel), convolutions by their path."""
+    from darknumba.kernels import pool
+    net = _net(tmp_path, PJREDDIE, "pjreddie")
+    pools = [compile_ahead.forward_kernels(l, net) for l in net.layers if l.type == "maxpool"]
+    assert pools == [[pool.forward_maxpool2_same_cpu], [pool.forward_maxpool_cpu],
+                     [pool.forward_maxpool_rows_cpu]]
+    assert [compile_ahead.conv_path(l, net) for l in net.layers
+            if l.type == "convolutional"] == ["direct", "gemm", "1x1", "gemm", "1x1"]

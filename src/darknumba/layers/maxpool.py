@@ -95,24 +95,35 @@ class MaxpoolLayer(Layer):
         self.w, self.h = w, h
         self._set_sizes()
 
+    def forward_kernel(self):
+        """The kernel forward runs for this layer's shape (vision/compile_ahead.py asks too)."""
+        if self.maxpool_depth:
+            return forward_maxpool_depth_cpu
+        if self.size == 2 and self.stride == 1 and self.pad == 1:
+            return forward_maxpool2_same_cpu
+        if self._two_pass():
+            return forward_maxpool_rows_cpu
+        return forward_maxpool2_cpu if self.size == 2 else forward_maxpool_cpu
+
     def forward(self, net):
         """forward_maxpool_layer"""
-        if self.maxpool_depth:
+        kernel = self.forward_kernel()
+        if kernel is forward_maxpool_depth_cpu:
             forward_maxpool_depth_cpu(net.input, self.batch, self.c, self.h * self.w,
                                       self.out_c, self.output, self.indexes)
             return
-        if self.size == 2 and self.stride == 1 and self.pad == 1:
+        if kernel is forward_maxpool2_same_cpu:
             # indexes None at inference: the kernel's signature without them compiles less
             forward_maxpool2_same_cpu(net.input, self.batch, self.c, self.h, self.w, self.output,
                                       self.indexes if net.train else None, net.train)
             return
-        if self._two_pass():
+        if kernel is forward_maxpool_rows_cpu:
             forward_maxpool_rows_cpu(net.input, self.batch, self.c, self.h, self.w, self.size,
                                      self.stride, self.pad, self.out_h, self.out_w, self.output,
                                      self.indexes, self.groups, self.rows_max, self.rows_idx,
                                      net.train)
             return
-        if self.size == 2:
+        if kernel is forward_maxpool2_cpu:
             forward_maxpool2_cpu(net.input, self.batch, self.c, self.h, self.w, self.stride,
                                  self.pad, self.out_h, self.out_w, self.output,
                                  self.indexes if net.train else None, net.train)
@@ -154,6 +165,9 @@ class LocalAvgpoolLayer(MaxpoolLayer):
             return cls(params.batch, params.h, params.w, params.c, size, stride, padding)
         except ValueError as e:
             raise s.error(None, str(e)) from None
+
+    def forward_kernel(self):
+        return forward_local_avgpool_cpu
 
     def forward(self, net):
         forward_local_avgpool_cpu(net.input, self.batch, self.c, self.h, self.w, self.size,

@@ -82,38 +82,42 @@ def kernel_key(l, net) -> str:
     """What decides the kernels a layer's forward compiles at inference: its type and, for the
     layers with several paths, the path and the fused parts. Two layers with the same key
     compile nothing new for each other (a key too fine only costs a task run from the cache)."""
-    from ..layers.conv_winograd import use_winograd
     parts = [l.type, str(getattr(l, "activation", ""))]
     if l.type == "convolutional":
-        path = ("direct" if l._direct_thin() else "winograd" if use_winograd(l, net)
-                else "1x1" if l._direct_1x1() else "gemm")
         # size and stride change no kernel: im2col takes them as values
-        parts += [path, str(l.batch_normalize), str(l.groups > 1)]
+        parts += [conv_path(l, net), str(l.batch_normalize), str(l.groups > 1)]
     elif l.type == "maxpool":
         parts += [str(l.size), str(l.stride), str((l.out_w, l.out_h) == (l.w, l.h))]
     return "/".join(parts)
 
 
+def conv_path(l, net) -> str:
+    """The path a convolution's test-mode forward takes: direct, winograd, 1x1 or gemm."""
+    from ..layers.conv_winograd import use_winograd
+    return ("direct" if l._direct_thin() else "winograd" if use_winograd(l, net)
+            else "1x1" if l._direct_1x1() else "gemm")
+
+
 def forward_kernels(l, net) -> list:
     """The main compiled kernels (numba dispatchers) layer `l`'s test-mode forward calls."""
-    from ..kernels import blas, direct, fused, im2col, pool, winograd, yolo, yolo_ab
-    from ..layers.conv_winograd import use_winograd
+    from ..kernels import blas, direct, fused, im2col, winograd, yolo, yolo_ab
+    from ..layers.yolo_ab import AbYoloLayer
     t = l.type
     if t == "convolutional":
-        if l._direct_thin():
+        path = conv_path(l, net)
+        if path == "direct":                # the biases / batch norm fused into it
             return [direct.conv3x3_direct_cpu]
-        path = ([winograd.winograd_input_cpu, winograd.winograd_output_cpu]
-                if use_winograd(l, net) else [] if l._direct_1x1() else [im2col.im2col_batch_cpu])
-        return path + [fused.batchnorm_bias_activate if l.batch_normalize else fused.bias_activate]
-    if t == "maxpool" and not getattr(l, "maxpool_depth", 0):
-        return [pool.forward_maxpool2_same_cpu if (l.size, l.stride, l.pad) == (2, 1, 1)
-                else pool.forward_maxpool2_cpu if l.size == 2 else pool.forward_maxpool_cpu]
+        return ({"winograd": [winograd.winograd_input_cpu, winograd.winograd_output_cpu],
+                 "1x1": [], "gemm": [im2col.im2col_batch_cpu]}[path]
+                + [fused.batchnorm_bias_activate if l.batch_normalize else fused.bias_activate])
+    if t == "maxpool":
+        return [l.forward_kernel()]
     if t == "upsample":
         return [blas.upsample_cpu]
     if t == "shortcut":
         return [blas.shortcut_same_cpu]
     if t == "yolo":
-        return [yolo_ab.activate_yolo_output_ab if hasattr(l, "new_coords")
+        return [yolo_ab.activate_yolo_output_ab if isinstance(l, AbYoloLayer)
                 else yolo.activate_yolo_output]
     return []
 
@@ -191,7 +195,8 @@ def _helper_args(net, thresh, hier, nms, claims) -> list[str]:
             claims.folder if claims is not None else ""]
 
 
-def _has_cfg(net) -> bool:
+def has_cfg(net) -> bool:
+    """Whether `net` was read from a cfg file that is still there (a helper rebuilds it)."""
     cfg = getattr(net, "cfg_path", None)
     return bool(cfg) and os.path.isfile(cfg)
 
@@ -201,7 +206,7 @@ def start(net, thresh: float, hier: float, nms: float,
     """The helper process for `net`, claiming its tasks in `claims` (None when there is one
     core, or no cfg file to build it from)."""
     from ..launcher import usable_cores
-    if usable_cores() < 2 or not _has_cfg(net):
+    if usable_cores() < 2 or not has_cfg(net):
         return None
     try:
         return subprocess.Popen([sys.executable, "-m", __name__,
@@ -222,7 +227,7 @@ def start_background(net, thresh: float, hier: float, nms: float, claims: Claims
     network from. `joining`: the helpers already started for this compile, which this one
     joins (no lock check; the lock then holds every pid). Returns joining + the new helper."""
     joining = list(joining or [])
-    if not _has_cfg(net) or (not joining and not _take_background_lock()):
+    if not has_cfg(net) or (not joining and not _lock_free()):
         return joining
     try:
         helper = subprocess.Popen(
@@ -263,8 +268,8 @@ def _alive(pid: int) -> bool:
         return True
 
 
-def _take_background_lock() -> bool:
-    """False while another background compile (a pid in the lock file) is running."""
+def _lock_free() -> bool:
+    """True unless another background compile (a pid in the lock file) is running."""
     try:
         with open(_lock_path()) as f:
             pids = [int(p) for p in f.read().split()]
@@ -285,7 +290,7 @@ def _write_lock(pids: list[int]):
 
 def background_running() -> bool:
     """Whether a background compile started by some darknumba process is still running."""
-    return not _take_background_lock()
+    return not _lock_free()
 
 
 def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: float,

@@ -355,8 +355,8 @@ class Detector:
         """Start the numpy first run (see warm_up); False when it does not apply."""
         from .. import numpy_forward
         from . import compile_ahead
-        if numpy_forward.unsupported(self.net) is not None or not getattr(
-                self.net, "cfg_path", None) or not compile_ahead.cold_forward(self.net):
+        if numpy_forward.unsupported(self.net) is not None or not compile_ahead.has_cfg(
+                self.net) or not compile_ahead.cold_forward(self.net):
             return False
         claims = compile_ahead.Claims()
         claims.take("boxes")                # compiled here, first: the background does the rest
