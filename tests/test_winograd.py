@@ -53,13 +53,14 @@ def run_kernels(x, wts, b, c, h, w, n, pad):
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
     th, tw = tiles_of(oh, ow)
     U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
-    V = np.full((36, c, b * th * tw), np.nan, np.float32)
-    for c0, c1 in ((0, c // 2), (c // 2, c)):           # channel ranges, as threads take them
-        winograd_input_cpu(x, b, c, h, w, pad, th, tw, V, c0, c1)
-    M = np.matmul(U, V)
+    V = np.full((36, b * th * tw, c), np.nan, np.float32)
+    rows = b * th
+    for r0, r1 in ((0, rows // 2), (rows // 2, rows)):   # tile-row ranges, as threads take them
+        winograd_input_cpu(x, b, c, h, w, pad, th, tw, V, r0, r1)
+    M = np.matmul(V, U)
     out, big = guarded(b * n * oh * ow, fill=np.nan)
-    for f0, f1 in ((0, n // 3), (n // 3, n)):
-        winograd_output_cpu(M, b, n, oh, ow, th, tw, out, f0, f1, False)
+    for r0, r1 in ((0, rows // 3), (rows // 3, rows)):
+        winograd_output_cpu(M, b, n, oh, ow, th, tw, out, r0, r1, False)
     assert guards_intact(big)
     return out, U, V
 
@@ -84,7 +85,8 @@ def test_kernels_match_reference_and_convolution(rng, b, c, h, w, n, pad):
     x, wts = case(rng, b, c, h, w, n)
     out, U, V = run_kernels(x, wts, b, c, h, w, n, pad)
     U_ref = np.einsum("ai,ncij,bj->abnc", GREF, wts.reshape(n, c, 3, 3).astype(np.float64), GREF)
-    np.testing.assert_allclose(U, U_ref.reshape(36, n, c), rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(U, U_ref.reshape(36, n, c).transpose(0, 2, 1), rtol=1e-6,
+                               atol=1e-7)
     assert np.isfinite(V).all()                                 # every tile and channel written
     ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     scale = np.abs(ref).max()
@@ -130,7 +132,7 @@ def test_input_gradient_is_the_convolution_backward(rng, b, c, h, w, n, pad):
     scale = np.abs(ref).max()
     np.testing.assert_allclose(dx - before, ref, rtol=0, atol=2e-5 * scale)
     wrong = l.winograd_weights_flipped.copy()
-    wrong[7, c - 1, n - 1] += 0.05 * np.abs(wrong).max()
+    wrong[7, n - 1, c - 1] += 0.05 * np.abs(wrong).max()
     dx[:] = before
     input_gradient(x, wts, delta, dx, b, c, h, w, n, pad, flipped=wrong)
     assert not np.allclose(dx - before, ref, rtol=0, atol=2e-5 * scale)
@@ -142,13 +144,13 @@ def test_gemms_dealt_out_to_threads_equal_one_stacked_matmul(rng, monkeypatch, n
     does, every product written."""
     import darknumba.layers.conv_winograd as cw
     monkeypatch.setattr(cw, "SPLIT_GEMMS_FROM", 0)
-    U = rng.standard_normal((36, n, c)).astype(np.float32)
-    V = rng.standard_normal((36, c, tiles)).astype(np.float32)
-    M = np.full((36, n, tiles), np.nan, np.float32)
+    U = rng.standard_normal((36, c, n)).astype(np.float32)
+    V = rng.standard_normal((36, tiles, c)).astype(np.float32)
+    M = np.full((36, tiles, n), np.nan, np.float32)
     from darknumba.thread_policy import blas_thread_counts
     counts = [get_n() for _, get_n in blas_thread_counts()]
-    cw.winograd_gemms(U, V, M)
-    np.testing.assert_allclose(M, np.matmul(U, V), rtol=1e-6, atol=1e-6)
+    cw.winograd_gemms(V, U, M)
+    np.testing.assert_allclose(M, np.matmul(V, U), rtol=1e-6, atol=1e-6)
     # OpenBLAS's (process-wide) thread count is given back: GEMMs after run on every thread
     assert [get_n() for _, get_n in blas_thread_counts()] == counts
 
@@ -165,26 +167,47 @@ def test_on_threads_covers_every_index_once(n):
 
 @pytest.fixture(autouse=True)
 def small_layers_pay(request, monkeypatch):
-    """The small test layers count as large enough (WINOGRAD_MIN_BFLOPS), except for the
-    official networks, which keep the real threshold."""
+    """The small test layers count as large enough (WINOGRAD_MIN_BFLOPS, WINOGRAD_MIN_CN),
+    except for the official networks, which keep the real thresholds."""
     if "official" not in request.node.name and "threshold" not in request.node.name:
         import darknumba.layers.conv_winograd as cw
         monkeypatch.setattr(cw, "WINOGRAD_MIN_BFLOPS", 0.0)
+        monkeypatch.setattr(cw, "WINOGRAD_MIN_CN", 0)
+        monkeypatch.setattr(cw, "TRAIN_MIN_BFLOPS", 0.0)
 
 
-def test_small_layers_keep_the_exact_path_at_the_real_threshold():
-    """yolov4-tiny: the 0.8-1.2 BFLOPs 3x3 layers take Winograd, the 0.2 BFLOPs ones and the
-    13x13, strided and 1x1 ones do not."""
+@pytest.mark.parametrize("name,want", [("yolov4-tiny", [2, 10, 12, 13, 18, 20, 21, 26, 28, 35]),
+                                       ("yolov3-tiny", [4, 6, 8, 10, 12, 14, 21])])
+def test_which_layers_take_winograd_at_the_real_threshold(name, want):
+    """The 3x3 stride-1 layers from 64 channels (13x13 to 104x104) and 32 -> 64 take Winograd;
+    yolov4-tiny's 32 -> 32 (4, 5: the direct kernel), yolov3-tiny's 16 -> 32 (2) and 3 -> 16
+    (0), the strided and the 1x1 ones do not."""
     import darknumba as dn
     from darknumba.layers.conv_winograd import winograd_eligible
-    net = dn.load_network(str(ROOT / "cfg" / "yolov4-tiny.cfg"), batch=1)
+    net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1)
     taken = [i for i, l in enumerate(net.layers)
              if l.type == "convolutional" and winograd_eligible(l)]
-    assert taken == [2, 10, 18, 35]
+    assert taken == want
+
+
+@pytest.mark.parametrize("name,want", [("yolov4-tiny", [2, 10, 18, 35]), ("yolov3-tiny", [21])])
+def test_training_threshold_takes_the_large_layers_only(name, want):
+    """In training only the 0.6+ BFLOPs layers from 26x26 on take it (the smaller ones made
+    a training step slower), for the forward and the input gradient alike."""
+    import darknumba as dn
+    from darknumba.layers.conv_winograd import use_winograd, winograd_eligible
+    net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
+    taken = [i for i, l in enumerate(net.layers)
+             if l.type == "convolutional" and winograd_eligible(l, train=True)]
+    assert taken == want
+    net.train = True
+    assert [i for i in want if use_winograd(net.layers[i], net)] == want
+    assert not any(use_winograd(l, net) for i, l in enumerate(net.layers)
+                   if l.type == "convolutional" and i not in want)
 
 def small_cfg(tmp_path, bn=1):
     """20 -> 40 (pad 1, 30x30: 64 tiles), 40 -> 36 (pad 0, 28x28: 49 tiles), a strided 3x3 and
-    a 14x14 one (not eligible). More than 32 filters: fewer go to the direct kernel."""
+    a 14x14 one over 8 channels (not eligible). More than 32 filters: fewer go to the direct kernel."""
     cfg = tmp_path / "w.cfg"
     conv = "[convolutional]\nbatch_normalize={bn}\nfilters={n}\nsize=3\nstride={s}\npad={p}\n" \
            "activation={a}\n"

@@ -7,20 +7,23 @@ output's scale on yolov3-tiny's layers).
 Each 4x4 output tile is A^T [ (G g G^T) * (B^T d B) ] A, with d the 6x6 input tile under it
 (its origin 4 * tile - pad), g a 3x3 filter. Summed over the input channels, the elementwise
 product becomes, for each of the 36 positions k of the transformed tile, one matrix product:
-M[k] = U[k] @ V[k], U[k]: n x c (transformed filters), V[k]: c x tiles (transformed input
-tiles). The caller transforms the filters (one float64 GEMM with kron(G, G), made once per
+M[k] = V[k] @ U[k], V[k]: tiles x c (transformed input tiles), U[k]: c x n (transformed
+filters). The caller transforms the filters (one float64 GEMM with kron(G, G), made once per
 layer: layers/conv_winograd.py) and runs the 36 GEMMs in BLAS; these kernels do the input and
 output transforms. B^T and A^T are written out in _bt6 and _at6; tests/test_winograd.py holds
 the three matrices as a plain numpy reference.
 
-The kernels are serial over a range of channels (filters), without the GIL: the layer runs
-ranges on several threads (layers/conv_winograd.py). Numba's parfor passes took 1.5-3 s more
-to compile each of them than the same serial loops.
+The kernels are serial over a range of tile rows, without the GIL: the layer runs ranges on
+several threads (layers/conv_winograd.py). Numba's parfor passes took 1.5-3 s more to compile
+each of them than the same serial loops.
 
 Layouts: x [batch x c x h x w], out [batch x n x out_h x out_w] (out_h = h + 2*pad - 2),
-V [36 x c x tiles], M [36 x n x tiles]; tiles are numbered (b, ty, tx), ty < ceil(out_h / 4),
-tx < ceil(out_w / 4). Tiles that run past the output's edge are computed whole and cropped when
-written.
+V [36 x tiles x c], M [36 x tiles x n] (channels, filters last: each transform's arithmetic
+runs as one vector loop over them, and the GEMMs are M[k] = V[k] @ U[k] with U [36 x c x n]);
+tiles are numbered (b, ty, tx), ty < ceil(out_h / 4), tx < ceil(out_w / 4), a tile row being
+(b, ty). Tiles that run past the output's edge are computed whole and cropped when written.
+An earlier layout (channels first, the transforms vectorised along the tiles of a row) ran the
+transforms 1.5-4x slower: at 26x26 a row holds 7 tiles, too few for the vector loops.
 """
 import numpy as np
 from numba import njit
@@ -62,95 +65,94 @@ def _at6(m0, m1, m2, m3, m4, m5):
 
 
 @njit(cache=True, nogil=True)
-def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, c0, c1):
-    """V[k1 * 6 + k2, ic, tile] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel
-    c0 <= ic < c1.
-    Per channel and tile row, the six input rows under it go, zero-padded, into a strip split
-    by column phase (strip[i, q, u] = padded column 4u + q), so that both passes run over
-    contiguous memory: B^T down the columns (all tiles at once), then B along each tile's six
-    columns (phase q, tile u + q // 4), written for all tiles of the row in contiguous runs."""
-    n_u = tw + 1
-    strip = np.empty((6, 4, n_u), np.float32)
-    col = np.empty((6, 4, n_u), np.float32)
-    for ic in range(c0, c1):
-        for b in range(batch):
-            plane = (b * c + ic) * h * w
-            for ty in range(th):
-                for i in range(6):
-                    iy = ty * 4 - pad + i
-                    for q in range(4):
-                        for u in range(n_u):
-                            strip[i, q, u] = 0.0
-                    if 0 <= iy < h:
-                        src = plane + iy * w
-                        for q in range(4):          # padded column 4u + q is input 4u + q - pad
-                            u0 = max(0, (pad - q + 3) // 4)
-                            u1 = min(n_u, (w - 1 + pad - q) // 4 + 1)
-                            for u in range(u0, u1):
-                                strip[i, q, u] = x[src + 4 * u + q - pad]
-                for q in range(4):
-                    for u in range(n_u):
-                        r0, r1, r2, r3, r4, r5 = _bt6(strip[0, q, u], strip[1, q, u],
-                                                      strip[2, q, u], strip[3, q, u],
-                                                      strip[4, q, u], strip[5, q, u])
-                        col[0, q, u] = r0
-                        col[1, q, u] = r1
-                        col[2, q, u] = r2
-                        col[3, q, u] = r3
-                        col[4, q, u] = r4
-                        col[5, q, u] = r5
-                t0 = (b * th + ty) * tw
-                for r in range(6):
-                    k = r * 6
-                    for tx in range(tw):
-                        v0, v1, v2, v3, v4, v5 = _bt6(col[r, 0, tx], col[r, 1, tx],
-                                                      col[r, 2, tx], col[r, 3, tx],
-                                                      col[r, 0, tx + 1], col[r, 1, tx + 1])
-                        V[k, ic, t0 + tx] = v0
-                        V[k + 1, ic, t0 + tx] = v1
-                        V[k + 2, ic, t0 + tx] = v2
-                        V[k + 3, ic, t0 + tx] = v3
-                        V[k + 4, ic, t0 + tx] = v4
-                        V[k + 5, ic, t0 + tx] = v5
+def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
+    """V[k1 * 6 + k2, tile, ic] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel ic,
+    over the tile rows r0 <= b * th + ty < r1.
+    Per tile row, the six input rows under it go, zero-padded, into rows[i, column, channel]
+    (a transpose of those rows to channels last); then for each tile, B^T down its six columns
+    and B along its six rows, each as a loop over the channels."""
+    rows = np.empty((6, 4 * tw + 2, c), np.float32)
+    half = np.empty((6, 6, c), np.float32)          # half[r, j, ic] = (B^T d)[r, j]
+    width = 4 * tw + 2
+    for row in range(r0, r1):
+        b = row // th
+        ty = row - b * th
+        for i in range(6):
+            iy = ty * 4 - pad + i
+            if 0 <= iy < h:
+                for ic in range(c):
+                    src = ((b * c + ic) * h + iy) * w - pad
+                    for j in range(width):          # padded column j is input column j - pad
+                        rows[i, j, ic] = x[src + j] if 0 <= j - pad < w else np.float32(0.0)
+            else:
+                for j in range(width):
+                    for ic in range(c):
+                        rows[i, j, ic] = 0.0
+        for tx in range(tw):
+            t = row * tw + tx
+            x0 = 4 * tx
+            for j in range(6):
+                for ic in range(c):
+                    a0, a1, a2, a3, a4, a5 = _bt6(rows[0, x0 + j, ic], rows[1, x0 + j, ic],
+                                                  rows[2, x0 + j, ic], rows[3, x0 + j, ic],
+                                                  rows[4, x0 + j, ic], rows[5, x0 + j, ic])
+                    half[0, j, ic] = a0
+                    half[1, j, ic] = a1
+                    half[2, j, ic] = a2
+                    half[3, j, ic] = a3
+                    half[4, j, ic] = a4
+                    half[5, j, ic] = a5
+            for r in range(6):
+                k = r * 6
+                for ic in range(c):
+                    v0, v1, v2, v3, v4, v5 = _bt6(half[r, 0, ic], half[r, 1, ic], half[r, 2, ic],
+                                                  half[r, 3, ic], half[r, 4, ic], half[r, 5, ic])
+                    V[k, t, ic] = v0
+                    V[k + 1, t, ic] = v1
+                    V[k + 2, t, ic] = v2
+                    V[k + 3, t, ic] = v3
+                    V[k + 4, t, ic] = v4
+                    V[k + 5, t, ic] = v5
 
 
 @njit(cache=True, nogil=True)
-def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0, f1, accumulate):
-    """out[b, f] for filters f0 <= f < f1 = (or, with `accumulate`, +=) the 4x4 output tiles
-    A^T M A, cropped to out_h x out_w (the raw sums: the caller applies the layer's biases or
-    batch norm and activation).
-    A^T runs first along each tile's rows (contiguous runs of M over the tiles of a row), then
-    down the columns."""
-    y6 = np.empty((6, 4, tw), np.float32)
-    rows = np.empty((4, tw * 4), np.float32)
-    for f in range(f0, f1):
-        for b in range(batch):
-            plane = (b * n + f) * out_h * out_w
-            for ty in range(th):
-                t0 = (b * th + ty) * tw
-                for r in range(6):
-                    k = r * 6
-                    for tx in range(tw):
-                        o0, o1, o2, o3 = _at6(M[k, f, t0 + tx], M[k + 1, f, t0 + tx],
-                                              M[k + 2, f, t0 + tx], M[k + 3, f, t0 + tx],
-                                              M[k + 4, f, t0 + tx], M[k + 5, f, t0 + tx])
-                        y6[r, 0, tx] = o0
-                        y6[r, 1, tx] = o1
-                        y6[r, 2, tx] = o2
-                        y6[r, 3, tx] = o3
-                for q in range(4):
-                    for tx in range(tw):
-                        o0, o1, o2, o3 = _at6(y6[0, q, tx], y6[1, q, tx], y6[2, q, tx],
-                                              y6[3, q, tx], y6[4, q, tx], y6[5, q, tx])
-                        rows[0, tx * 4 + q] = o0
-                        rows[1, tx * 4 + q] = o1
-                        rows[2, tx * 4 + q] = o2
-                        rows[3, tx * 4 + q] = o3
-                for p in range(min(4, out_h - ty * 4)):
-                    dst = plane + (ty * 4 + p) * out_w
-                    if accumulate:
-                        for j in range(out_w):
-                            out[dst + j] += rows[p, j]
-                    else:
-                        for j in range(out_w):
-                            out[dst + j] = rows[p, j]
+def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
+    """out[b, f] = (or, with `accumulate`, +=) the 4x4 output tiles A^T M A of the tile rows
+    r0 <= b * th + ty < r1, cropped to out_h x out_w (the raw sums: the caller applies the
+    layer's biases or batch norm and activation).
+    Per tile, A^T along its rows then down its columns, each as a loop over the filters, into
+    rows[p, column, f]; then each filter's output rows are written from it."""
+    half = np.empty((6, 4, n), np.float32)          # half[r, q, f] = (M A)[r, q]
+    rows = np.empty((4, 4 * tw, n), np.float32)
+    for row in range(r0, r1):
+        b = row // th
+        ty = row - b * th
+        for tx in range(tw):
+            t = row * tw + tx
+            for r in range(6):
+                k = r * 6
+                for f in range(n):
+                    o0, o1, o2, o3 = _at6(M[k, t, f], M[k + 1, t, f], M[k + 2, t, f],
+                                          M[k + 3, t, f], M[k + 4, t, f], M[k + 5, t, f])
+                    half[r, 0, f] = o0
+                    half[r, 1, f] = o1
+                    half[r, 2, f] = o2
+                    half[r, 3, f] = o3
+            for q in range(4):
+                x = 4 * tx + q
+                for f in range(n):
+                    p0, p1, p2, p3 = _at6(half[0, q, f], half[1, q, f], half[2, q, f],
+                                          half[3, q, f], half[4, q, f], half[5, q, f])
+                    rows[0, x, f] = p0
+                    rows[1, x, f] = p1
+                    rows[2, x, f] = p2
+                    rows[3, x, f] = p3
+        for p in range(min(4, out_h - ty * 4)):
+            for f in range(n):
+                dst = ((b * n + f) * out_h + ty * 4 + p) * out_w
+                if accumulate:
+                    for j in range(out_w):
+                        out[dst + j] += rows[p, j, f]
+                else:
+                    for j in range(out_w):
+                        out[dst + j] = rows[p, j, f]

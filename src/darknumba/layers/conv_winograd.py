@@ -9,13 +9,13 @@ the output's scale). It is the default, for inference and training; the exact pa
 under compat= (darknet-cpu), in `compare`, and when asked for (load_network(..., exact=True),
 `--exact`, DARKNUMBA_EXACT=1).
 
-The transformed filters (36 x n x c, four times the weights; in training also the rotated
+The transformed filters (36 x c x n, four times the weights; in training also the rotated
 ones) are made at the first forward (backward) that needs them and kept; whatever changes the
 weights in place calls `weights_changed()` on the layer or the network (update, load_weights,
 random_init and a train-mode forward do).
 
 The transforms run on numba's number of threads as Python threads calling GIL-free serial
-kernels over ranges of channels (filters), not as numba prange kernels, whose parfor passes
+kernels over ranges of tile rows, not as numba prange kernels, whose parfor passes
 cost 1.5-3 s more of first-run compile each; the 36 GEMMs of a layer too when they are large,
 each thread running BLAS single-threaded, else in one stacked matmul (winograd_gemms).
 """
@@ -32,69 +32,80 @@ from .base import scratch_of
 # 3x3 filter g (row-major, 9 values) as one 36 x 9 matrix
 G_KRON = np.kron(G, G)
 
-# output tiles per image (4x4 pixels each) from which Winograd beats im2col + GEMM, measured here
-# on yolov3-tiny's, yolov4-tiny's and yolov3's layers: from 26x26 outputs on (7x7 tiles) it
-# takes 1.3-2.2x less CPU time per layer; at 13x13 (4x4 tiles, the output padded to 16x16) and
-# 19x19 its 36 thin GEMMs over filters four times the size of the weights do not beat the one
-# GEMM
-WINOGRAD_MIN_TILES = 49
-# input channels from which it pays: over RGB (c = 3) the transforms cost more than the GEMMs
-# save (2x slower than im2col + GEMM). Thin layers the direct kernel takes (c*9 <= DIRECT_MAX_K,
-# convolutional.py) stay with it: at c = 16 it is as fast in CPU time and faster with 2 threads
+# Where Winograd pays, measured per layer in a network's sequence (sixth session, medians of
+# 40 forwards interleaved with the exact path, Winograd / exact time; the transforms channels
+# last, kernels/winograd.py): 0.47-0.70 on yolov3's, yolov4-tiny's and yolov3-tiny's 3x3 layers
+# from 64 channels at 26x26 to 104x104 (0.2-1.6 BFLOPs), 0.60-0.93 at 13x13 (4x4 tiles, the
+# output padded to 16x16; 256-512 channels), 0.79-0.94 at 32 -> 64 channels, but 0.99-1.04
+# at 32 -> 32 (yolov4-tiny 4, 5, which the direct kernel takes) and 16 -> 32 (yolov3-tiny 2).
+# The transforms cost about tiles * (c + n), the GEMMs tiles * c * n: what decides is
+# c * n / (c + n), from WINOGRAD_MIN_CN on.
+# Output tiles per image from which it is taken (13x13 outputs have 16)
+WINOGRAD_MIN_TILES = 16
+# input channels from which it is taken: over RGB (c = 3) the transforms cost more than the
+# GEMMs save (2x slower than im2col + GEMM)
 WINOGRAD_MIN_C = 16
-# multiply-adds (as BFLOPs, Darknet's count) from which it pays. Measured per layer in a
-# network's sequence (idle machine, medians of 30 forwards, Winograd / exact time): 0.8-1.2
-# BFLOPs 0.58-0.96 (yolov4-tiny layers 2, 10, 18, 35; yolov3-tiny 21), 3.4 BFLOPs 0.54-0.64
-# (yolov3 at 608), but 0.2-0.4 BFLOPs 0.86-1.42 (yolov3-tiny 4, 6, 8: 1.14-1.42; yolov4-tiny's
-# 26x26 and 52x52 ones with 64-128 channels: 0.99-1.27): the transforms' sweeps over the input
-# and output outweigh the multiply-adds saved
-WINOGRAD_MIN_BFLOPS = 0.6
-# n * c * tiles of a layer's GEMMs from which winograd_gemms deals them out to threads (below
-# it OpenBLAS runs each one on one thread anyway)
-SPLIT_GEMMS_FROM = 1 << 21
-# ranges of channels, filters or GEMMs per thread in on_threads
+# c * n / (c + n) from which it is taken (32 -> 64 channels: 21.3; 32 -> 32: 16)
+WINOGRAD_MIN_CN = 20
+# multiply-adds (as BFLOPs, Darknet's count) from which it is taken: the smallest layers
+# measured winning had 0.2
+WINOGRAD_MIN_BFLOPS = 0.15
+# In training (batch 8) the exact path runs a chunk of images as one GEMM, and the input
+# gradient is a second Winograd convolution: there the 0.2-0.4 BFLOPs layers lost (yolov3-tiny's
+# and yolov4-tiny's training steps 1.23-1.28x longer with them than without, sixth session), so
+# training keeps the earlier thresholds: 0.6 BFLOPs from 26x26 (49 tiles) on
+TRAIN_MIN_BFLOPS = 0.6
+TRAIN_MIN_TILES = 49
+# n * c * tiles of a layer's GEMMs from which winograd_gemms deals them out to threads: on
+# yolov4-tiny's 26x26 and 52x52 layers (0.7-0.8 M) one OpenBLAS call per GEMM over two threads
+# took 1.2-1.3x the time of the GEMMs dealt out, each on one thread
+SPLIT_GEMMS_FROM = 1 << 16
+# ranges of tile rows or GEMMs per thread in on_threads
 TASKS_PER_THREAD = 4
 
 
-def winograd_eligible(l) -> bool:
+def winograd_eligible(l, train=False) -> bool:
     """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own) large enough
-    to pay (WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_BFLOPS)."""
+    to pay: at inference WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_CN and
+    WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C, TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
     if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
-            or l.share_layer is not None or l.c < WINOGRAD_MIN_C \
-            or l.bflops < WINOGRAD_MIN_BFLOPS:
+            or l.share_layer is not None or l.c < WINOGRAD_MIN_C:
         return False
     th, tw = tiles_of(l.out_h, l.out_w)
-    return th * tw >= WINOGRAD_MIN_TILES
+    if train:
+        return l.bflops >= TRAIN_MIN_BFLOPS and th * tw >= TRAIN_MIN_TILES
+    return (l.c * l.n >= WINOGRAD_MIN_CN * (l.c + l.n) and l.bflops >= WINOGRAD_MIN_BFLOPS
+            and th * tw >= WINOGRAD_MIN_TILES)
 
 
 def use_winograd(l, net) -> bool:
     """Winograd for this layer's forward and, in training, its input gradient: not exact, not
-    under a compat mode, eligible."""
+    under a compat mode, eligible (for training or inference, as the network runs)."""
     return (not getattr(net, "exact", False) and l.quirks.compat is None
-            and winograd_eligible(l))
+            and winograd_eligible(l, bool(getattr(net, "train", False))))
 
 
 def transformed_weights(l) -> np.ndarray:
-    """U = G g G^T for every filter and channel (36 x n x c), in float64 rounded once to
+    """U = G g G^T for every channel and filter (36 x c x n), in float64 rounded once to
     float32 (one BLAS GEMM over all filters: no kernel to compile for a transform made once per
     layer), made once and kept on the layer."""
     U = getattr(l, "winograd_weights", None)
     if U is None:
         g = l.weights[:l.n * l.c * 9].reshape(l.n * l.c, 9).astype(np.float64)
-        U = (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c)
+        U = np.ascontiguousarray(
+            (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c).transpose(0, 2, 1))
         l.winograd_weights = U
     return U
 
 
 def transformed_flipped_weights(l) -> np.ndarray:
     """The filters of the input gradient's convolution (each 3x3 filter rotated by 180 degrees,
-    input and output channels swapped), transformed as in transformed_weights: 36 x c x n."""
+    input and output channels swapped), transformed as in transformed_weights: 36 x n x c."""
     U = getattr(l, "winograd_weights_flipped", None)
     if U is None:
         # rot180 of a row-major 3x3 filter is its nine values reversed
         g = l.weights[:l.n * l.c * 9].reshape(l.n * l.c, 9)[:, ::-1].astype(np.float64)
-        U = np.ascontiguousarray(
-            (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c).transpose(0, 2, 1))
+        U = (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c)
         l.winograd_weights_flipped = U
     return U
 
@@ -116,24 +127,25 @@ def backward_input_winograd(l, net):
 
 def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate, per_image):
     """out (+)= the 3x3 convolution of x (batch x c x h x w) at padding `pad` with the filters
-    transformed into U (36 x n x c): input transform, the 36 GEMMs, output transform. With
+    transformed into U (36 x c x n): input transform, the 36 GEMMs, output transform. With
     `per_image` (inference) one image's tiles at a time: its outputs must not depend on its
     slot in the batch (BATCH_GEMM_MAX_N in convolutional.py)."""
-    n = U.shape[1]
+    n = U.shape[2]
     th, tw = tiles_of(out_h, out_w)
     tiles = batch * th * tw
     scratch = scratch_of(net)
-    V = scratch("winograd_V", 36 * c * tiles).reshape(36, c, tiles)
-    M = scratch("winograd_M", 36 * n * tiles).reshape(36, n, tiles)
-    on_threads(lambda c0, c1: winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, c0, c1), c)
+    V = scratch("winograd_V", 36 * tiles * c).reshape(36, tiles, c)
+    M = scratch("winograd_M", 36 * tiles * n).reshape(36, tiles, n)
+    on_threads(lambda r0, r1: winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1),
+               batch * th)
     if per_image:
         per = th * tw
         for b in range(batch):
-            winograd_gemms(U, V[:, :, b * per:(b + 1) * per], M[:, :, b * per:(b + 1) * per])
+            winograd_gemms(V[:, b * per:(b + 1) * per], U, M[:, b * per:(b + 1) * per])
     else:
-        winograd_gemms(U, V, M)
-    on_threads(lambda f0, f1: winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, f0,
-                                                  f1, accumulate), n)
+        winograd_gemms(V, U, M)
+    on_threads(lambda r0, r1: winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0,
+                                                  r1, accumulate), batch * th)
 
 
 def on_threads(work, n):
@@ -158,8 +170,8 @@ def on_threads(work, n):
             f.result()
 
 
-def winograd_gemms(U, V, M):
-    """M[k] = U[k] @ V[k] for the 36 k. numpy's stacked matmul makes 36 BLAS calls, each of
+def winograd_gemms(V, U, M):
+    """M[k] = V[k] @ U[k] for the 36 k. numpy's stacked matmul makes 36 BLAS calls, each of
     which wakes OpenBLAS's worker threads and waits for them: cheap on idle cores, but when
     other processes compete for the cores every one of those waits is long (measured on 2
     shared cores, medians per layer: 1.6-70x the time of what follows). Large GEMMs are
@@ -167,11 +179,11 @@ def winograd_gemms(U, V, M):
     single-threaded (blas_single_threaded): one wake-up per layer. Each product is
     the same BLAS routine on the same operands either way."""
     if (not blas_thread_counts() or _helpers() is None
-            or U.shape[1] * U.shape[2] * V.shape[2] < SPLIT_GEMMS_FROM):
-        np.matmul(U, V, out=M)
+            or U.shape[1] * U.shape[2] * V.shape[1] < SPLIT_GEMMS_FROM):
+        np.matmul(V, U, out=M)
         return
     with blas_single_threaded():
-        on_threads(lambda k0, k1: np.matmul(U[k0:k1], V[k0:k1], out=M[k0:k1]), U.shape[0])
+        on_threads(lambda k0, k1: np.matmul(V[k0:k1], U[k0:k1], out=M[k0:k1]), U.shape[0])
 
 
 def _helpers():

@@ -75,8 +75,8 @@ class ConvolutionalLayer(Layer):
     type = "convolutional"
     output_can_be_view = True
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
-    winograd_weights = None       # 36 x n x c Winograd filters, made when first needed
-    winograd_weights_flipped = None   # 36 x c x n, those of the input gradient (training)
+    winograd_weights = None       # 36 x c x n Winograd filters, made when first needed
+    winograd_weights_flipped = None   # 36 x n x c, those of the input gradient (training)
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
                  batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1, stride_y=None):
