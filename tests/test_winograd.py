@@ -95,6 +95,23 @@ def test_kernels_match_reference_and_convolution(rng, b, c, h, w, n, pad):
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5 * scale)
 
 
+@pytest.mark.parametrize("chunk", [1, 7, 40])
+def test_filter_transform_in_chunks_of_channels(rng, monkeypatch, chunk):
+    """transformed_weights a few channels at a time (TRANSFORM_CHUNK filters per step, down to
+    one channel) gives what the whole transform at once gives, bit for bit, and that is the
+    float64 transform of every filter."""
+    import darknumba.layers.conv_winograd as cw
+    n, c = 6, 11
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    whole = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
+    monkeypatch.setattr(cw, "TRANSFORM_CHUNK", chunk)
+    U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
+    np.testing.assert_array_equal(U, whole)
+    U_ref = np.einsum("ai,ncij,bj->abcn", GREF, wts.reshape(n, c, 3, 3).astype(np.float64),
+                      GREF).reshape(36, c, n)
+    np.testing.assert_allclose(U, U_ref, rtol=1e-6, atol=1e-7)
+
+
 def test_check_can_fail(rng):
     """A one-tap error is caught by the same comparison."""
     b, c, h, w, n, pad = 1, 2, 7, 6, 4, 1

@@ -60,6 +60,8 @@ TRAIN_MIN_TILES = 49
 # yolov4-tiny's 26x26 and 52x52 layers (0.7-0.8 M) one OpenBLAS call per GEMM over two threads
 # took 1.2-1.3x the time of the GEMMs dealt out, each on one thread
 SPLIT_GEMMS_FROM = 1 << 16
+# filters (n x channels) transformed per step in transformed_weights
+TRANSFORM_CHUNK = 1 << 15
 # ranges of tile rows or GEMMs per thread in on_threads
 TASKS_PER_THREAD = 4
 
@@ -91,9 +93,16 @@ def transformed_weights(l) -> np.ndarray:
     layer), made once and kept on the layer."""
     U = getattr(l, "winograd_weights", None)
     if U is None:
-        g = l.weights[:l.n * l.c * 9].reshape(l.n * l.c, 9).astype(np.float64)
-        U = np.ascontiguousarray(
-            (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c).transpose(0, 2, 1))
+        n, c = l.n, l.c
+        w = l.weights[:n * c * 9].reshape(n, c, 9)
+        U = np.empty((36, c, n), np.float32)
+        # a few channels at a time, their filters gathered channel-major: the product comes
+        # out in U's layout, and the float64 temporaries stay small (a 512 x 512 layer's whole
+        # transform at once, then transposed, took 3x as long: a warm start makes them all)
+        step = max(1, TRANSFORM_CHUNK // n)
+        for c0 in range(0, c, step):
+            g = w[:, c0:c0 + step].transpose(1, 0, 2).astype(np.float64)
+            U[:, c0:c0 + step] = (G_KRON @ g.reshape(-1, 9).T).reshape(36, -1, n)
         l.winograd_weights = U
     return U
 
