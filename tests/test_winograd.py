@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import DATA, ROOT, guarded, guards_intact, tiny_weights
 
-from darknumba.kernels.winograd import tiles_of, winograd_input_cpu, winograd_output_cpu
+from darknumba.kernels.winograd import tiles_of
 from darknumba.layers.conv_winograd import transformed_weights
 
 # Lavin & Gray's F(4x4, 3x3), interpolation points 0, 1, -1, 2, -2, inf
@@ -20,6 +20,11 @@ AT = np.array([[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0],
                [0, 1, -1, 8, -8, 1]], np.float64)
 GREF = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
                  [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+# F(2x2, 3x3), interpolation points 0, 1, -1, inf
+BT2 = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
+AT2 = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+GREF2 = np.array([[1, 0, 0], [1 / 2, 1 / 2, 1 / 2], [1 / 2, -1 / 2, 1 / 2], [0, 0, 1]])
+MATRICES = {4: (BT, AT, GREF), 2: (BT2, AT2, GREF2)}
 
 # (batch, c, h, w, n, pad): odd sizes (partial tiles in both directions), a 1x1 output, maps
 # smaller than a tile, pads 0..3, rows of many tiles
@@ -28,39 +33,43 @@ SHAPES = [(2, 3, 7, 5, 4, 1), (1, 5, 6, 9, 7, 1), (3, 2, 5, 4, 9, 0), (2, 1, 3, 
           (1, 2, 3, 3, 2, 0), (2, 2, 2, 6, 3, 3), (1, 17, 26, 26, 16, 1)]
 
 
-def winograd_reference(x, wts, b, c, h, w, n, pad):
-    """F(4x4, 3x3) in float64 numpy, tile by tile from the matrices: out[b, f] cropped."""
+def winograd_reference(x, wts, b, c, h, w, n, pad, m=4):
+    """F(m x m, 3x3) in float64 numpy, tile by tile from the matrices: out[b, f] cropped."""
+    bt, at, g = MATRICES[m]
+    a = m + 2
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
-    th, tw = -(-oh // 4), -(-ow // 4)
-    xp = np.zeros((b, c, 4 * th + 2, 4 * tw + 2))
-    xp[:, :, pad:pad + h, pad:pad + w] = x.reshape(b, c, h, w)[:, :, :4 * th + 2 - pad,
-                                                                 :4 * tw + 2 - pad]
-    U = np.einsum("ai,ncij,bj->abnc", GREF, wts.reshape(n, c, 3, 3).astype(np.float64), GREF)
-    out = np.zeros((b, n, 4 * th, 4 * tw))
+    th, tw = -(-oh // m), -(-ow // m)
+    xp = np.zeros((b, c, m * th + 2, m * tw + 2))
+    xp[:, :, pad:pad + h, pad:pad + w] = x.reshape(b, c, h, w)[:, :, :m * th + 2 - pad,
+                                                                 :m * tw + 2 - pad]
+    U = np.einsum("ai,ncij,bj->abnc", g, wts.reshape(n, c, 3, 3).astype(np.float64), g)
+    out = np.zeros((b, n, m * th, m * tw))
     for ty in range(th):
         for tx in range(tw):
-            d = xp[:, :, 4 * ty:4 * ty + 6, 4 * tx:4 * tx + 6]               # b x c x 6 x 6
-            V = np.einsum("ai,bcij,dj->bcad", BT, d, BT)
+            d = xp[:, :, m * ty:m * ty + a, m * tx:m * tx + a]               # b x c x a x a
+            V = np.einsum("ai,bcij,dj->bcad", bt, d, bt)
             Mt = np.einsum("adnc,bcad->bnad", U, V)
-            out[:, :, 4 * ty:4 * ty + 4, 4 * tx:4 * tx + 4] = np.einsum("pa,bnad,qd->bnpq",
-                                                                          AT, Mt, AT)
+            out[:, :, m * ty:m * ty + m, m * tx:m * tx + m] = np.einsum("pa,bnad,qd->bnpq",
+                                                                          at, Mt, at)
     return out[:, :, :oh, :ow].reshape(-1)
 
 
-def run_kernels(x, wts, b, c, h, w, n, pad):
-    """The filter transform, the two kernels (each in two ranges) and the 36 GEMMs as the layer
-    runs them; the output in a guarded buffer."""
+def run_kernels(x, wts, b, c, h, w, n, pad, m=4):
+    """The filter transform, the two kernels (each in two ranges) and the 36 (16) GEMMs of
+    F(m x m, 3x3) as the layer runs them; the output in a guarded buffer."""
+    from darknumba.layers.conv_winograd import VARIANTS
+    _, input_kernel, output_kernel = VARIANTS[m]
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
-    th, tw = tiles_of(oh, ow)
-    U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
-    V = np.full((36, b * th * tw, c), np.nan, np.float32)
+    th, tw = tiles_of(oh, ow, m)
+    U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None), m)
+    V = np.full(((m + 2) ** 2, b * th * tw, c), np.nan, np.float32)
     rows = b * th
     for r0, r1 in ((0, rows // 2), (rows // 2, rows)):   # tile-row ranges, as threads take them
-        winograd_input_cpu(x, b, c, h, w, pad, th, tw, V, r0, r1)
+        input_kernel(x, b, c, h, w, pad, th, tw, V, r0, r1)
     M = np.matmul(V, U)
     out, big = guarded(b * n * oh * ow, fill=np.nan)
     for r0, r1 in ((0, rows // 3), (rows // 3, rows)):
-        winograd_output_cpu(M, b, n, oh, ow, th, tw, out, r0, r1, False)
+        output_kernel(M, b, n, oh, ow, th, tw, out, r0, r1, False)
     assert guards_intact(big)
     return out, U, V
 
@@ -71,26 +80,29 @@ def case(rng, b, c, h, w, n):
     return x, wts
 
 
+@pytest.mark.parametrize("m", [4, 2])
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
-def test_reference_is_the_convolution(rng, b, c, h, w, n, pad):
+def test_reference_is_the_convolution(rng, b, c, h, w, n, pad, m):
     """The numpy Winograd (the matrices above) computes the float64 convolution."""
     x, wts = case(rng, b, c, h, w, n)
     ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
-    np.testing.assert_allclose(winograd_reference(x, wts, b, c, h, w, n, pad), ref, rtol=1e-9,
-                               atol=1e-9 * np.abs(ref).max())
+    np.testing.assert_allclose(winograd_reference(x, wts, b, c, h, w, n, pad, m), ref,
+                               rtol=1e-9, atol=1e-9 * np.abs(ref).max())
 
 
+@pytest.mark.parametrize("m", [4, 2])
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
-def test_kernels_match_reference_and_convolution(rng, b, c, h, w, n, pad):
+def test_kernels_match_reference_and_convolution(rng, b, c, h, w, n, pad, m):
     x, wts = case(rng, b, c, h, w, n)
-    out, U, V = run_kernels(x, wts, b, c, h, w, n, pad)
-    U_ref = np.einsum("ai,ncij,bj->abnc", GREF, wts.reshape(n, c, 3, 3).astype(np.float64), GREF)
-    np.testing.assert_allclose(U, U_ref.reshape(36, n, c).transpose(0, 2, 1), rtol=1e-6,
+    out, U, V = run_kernels(x, wts, b, c, h, w, n, pad, m)
+    g, a2 = MATRICES[m][2], (m + 2) ** 2
+    U_ref = np.einsum("ai,ncij,bj->abnc", g, wts.reshape(n, c, 3, 3).astype(np.float64), g)
+    np.testing.assert_allclose(U, U_ref.reshape(a2, n, c).transpose(0, 2, 1), rtol=1e-6,
                                atol=1e-7)
     assert np.isfinite(V).all()                                 # every tile and channel written
     ref = naive.conv_forward(x, wts, np.zeros(n), b, c, h, w, n, 3, 1, pad, 1).ravel()
     scale = np.abs(ref).max()
-    np.testing.assert_allclose(out, winograd_reference(x, wts, b, c, h, w, n, pad), rtol=0,
+    np.testing.assert_allclose(out, winograd_reference(x, wts, b, c, h, w, n, pad, m), rtol=0,
                                atol=2e-5 * scale)
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5 * scale)
 
@@ -205,6 +217,32 @@ def test_which_layers_take_winograd_at_the_real_threshold(name, want):
     taken = [i for i, l in enumerate(net.layers)
              if l.type == "convolutional" and winograd_eligible(l)]
     assert taken == want
+    # the 13x13 ones through F(2x2, 3x3), the others through F(4x4, 3x3)
+    from darknumba.layers.conv_winograd import winograd_tile
+    assert [winograd_tile(net.layers[i]) for i in want] == \
+        [2 if net.layers[i].out_w == 13 else 4 for i in want]
+    assert {net.layers[i].out_w for i in want} >= {13, 26}
+
+
+@pytest.mark.parametrize("bn", [0, 1])
+def test_small_map_takes_f2_within_1e5_of_exact(rng, tmp_path, bn):
+    """A 13x13 map (16 4x4 tiles) goes through F(2x2, 3x3) at inference: its transformed
+    filters are 16 x c x n, the output within 1e-5 of the exact path's; in training the same
+    layer is not eligible (TRAIN_MIN_TILES) and runs exact."""
+    cfg = tmp_path / "f2.cfg"
+    cfg.write_text("[net]\nbatch=2\nwidth=13\nheight=13\nchannels=24\n"
+                   f"[convolutional]\nbatch_normalize={bn}\nfilters=40\nsize=3\nstride=1\n"
+                   "pad=1\nactivation=leaky\n[cost]\ntype=sse\n")
+    exact, fast = nets(cfg)
+    x = rng.uniform(0, 1, (2, 24, 13, 13)).astype(np.float32)
+    want = exact.predict(x)
+    got = fast.predict(x)
+    assert fast.layers[0].winograd_weights.shape == (16, 24, 40)
+    assert exact.layers[0].winograd_weights is None
+    assert rel_diff(got, want) < 1e-5
+    from darknumba.layers.conv_winograd import use_winograd
+    fast.train = True
+    assert not use_winograd(fast.layers[0], fast)
 
 
 @pytest.mark.parametrize("name,want", [("yolov4-tiny", [2, 10, 18, 35]), ("yolov3-tiny", [21])])

@@ -1,6 +1,6 @@
-"""Winograd convolution F(4x4, 3x3) for 3x3 stride-1 convolutions at inference (Lavin & Gray,
-"Fast Algorithms for Convolutional Neural Networks", 2016, interpolation points 0, 1, -1, 2,
--2, inf). Darknet has no such path: its convolutions are always im2col + GEMM; this one computes
+"""Winograd convolution F(4x4, 3x3) for 3x3 stride-1 convolutions (Lavin & Gray, "Fast
+Algorithms for Convolutional Neural Networks", 2016, interpolation points 0, 1, -1, 2, -2, inf),
+and F(2x2, 3x3) (points 0, 1, -1, inf) for small maps at inference. Darknet has no such path: its convolutions are always im2col + GEMM; this one computes
 the same sums with 4x fewer multiplications and a different rounding (within ~2e-5 of the
 output's scale on yolov3-tiny's layers).
 
@@ -24,6 +24,12 @@ tiles are numbered (b, ty, tx), ty < ceil(out_h / 4), tx < ceil(out_w / 4), a ti
 (b, ty). Tiles that run past the output's edge are computed whole and cropped when written.
 An earlier layout (channels first, the transforms vectorised along the tiles of a row) ran the
 transforms 1.5-4x slower: at 26x26 a row holds 7 tiles, too few for the vector loops.
+
+F(2x2, 3x3) is the same with 4x4 input tiles at stride 2, 2x2 output tiles, 16 GEMMs (the
+winograd2_* kernels, G2, _bt4, _at4): 2.25x fewer multiplications than im2col + GEMM instead
+of 4x, but its transformed filters are 16/9 of the weights instead of 4x. On a 13x13 map at
+batch 1 F(4x4)'s 36 GEMMs have 16 rows each and stream filters four times the weights' size
+(36 MB for a 512 -> 512 layer, more than the cache), and F(2x2) is the faster of the two.
 """
 import numpy as np
 from numba import njit
@@ -37,9 +43,16 @@ G = np.array([[1 / 4, 0, 0],
               [0, 0, 1]], np.float64)
 
 
-def tiles_of(out_h, out_w):
-    """(tile rows, tile columns) covering an out_h x out_w output with 4x4 tiles."""
-    return -(-out_h // 4), -(-out_w // 4)
+# F(2x2, 3x3)'s filter transform: 4 x 3
+G2 = np.array([[1, 0, 0],
+               [1 / 2, 1 / 2, 1 / 2],
+               [1 / 2, -1 / 2, 1 / 2],
+               [0, 0, 1]], np.float64)
+
+
+def tiles_of(out_h, out_w, m=4):
+    """(tile rows, tile columns) covering an out_h x out_w output with m x m tiles."""
+    return -(-out_h // m), -(-out_w // m)
 
 
 @njit(cache=True)
@@ -64,6 +77,49 @@ def _at6(m0, m1, m2, m3, m4, m5):
             b + np.float32(8.0) * d + m5)
 
 
+@njit(cache=True)
+def _bt4(d0, d1, d2, d3):
+    """B^T d for one column d of four values (F(2x2, 3x3)'s input transform)."""
+    return d0 - d2, d1 + d2, d2 - d1, d1 - d3
+
+
+@njit(cache=True)
+def _at4(m0, m1, m2, m3):
+    """A^T m for one column m of four values (F(2x2, 3x3)'s output transform)."""
+    return m0 + m1 + m2, m1 - m2 - m3
+
+
+@njit(cache=True, inline="always")
+def _rows_channels_last(x, rows, b, c, h, w, y0, pad):
+    """rows[i, j, ic] = x[b, ic, y0 + i, j - pad], zero outside the image: the input rows
+    under a row of tiles, transposed to channels last."""
+    for i in range(rows.shape[0]):
+        iy = y0 + i
+        if 0 <= iy < h:
+            for ic in range(c):
+                src = ((b * c + ic) * h + iy) * w - pad
+                for j in range(rows.shape[1]):
+                    rows[i, j, ic] = x[src + j] if 0 <= j - pad < w else np.float32(0.0)
+        else:
+            for j in range(rows.shape[1]):
+                for ic in range(c):
+                    rows[i, j, ic] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _write_rows(out, rows, b, n, out_h, out_w, y0, accumulate):
+    """out[b, f, y0 + p, :] = (or +=) rows[p, :out_w, f] for the rows p inside the output."""
+    for p in range(min(rows.shape[0], out_h - y0)):
+        for f in range(n):
+            dst = ((b * n + f) * out_h + y0 + p) * out_w
+            if accumulate:
+                for j in range(out_w):
+                    out[dst + j] += rows[p, j, f]
+            else:
+                for j in range(out_w):
+                    out[dst + j] = rows[p, j, f]
+
+
 @njit(cache=True, nogil=True)
 def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
     """V[k1 * 6 + k2, tile, ic] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel ic,
@@ -73,21 +129,10 @@ def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
     and B along its six rows, each as a loop over the channels."""
     rows = np.empty((6, 4 * tw + 2, c), np.float32)
     half = np.empty((6, 6, c), np.float32)          # half[r, j, ic] = (B^T d)[r, j]
-    width = 4 * tw + 2
     for row in range(r0, r1):
         b = row // th
         ty = row - b * th
-        for i in range(6):
-            iy = ty * 4 - pad + i
-            if 0 <= iy < h:
-                for ic in range(c):
-                    src = ((b * c + ic) * h + iy) * w - pad
-                    for j in range(width):          # padded column j is input column j - pad
-                        rows[i, j, ic] = x[src + j] if 0 <= j - pad < w else np.float32(0.0)
-            else:
-                for j in range(width):
-                    for ic in range(c):
-                        rows[i, j, ic] = 0.0
+        _rows_channels_last(x, rows, b, c, h, w, ty * 4 - pad, pad)
         for tx in range(tw):
             t = row * tw + tx
             x0 = 4 * tx
@@ -147,12 +192,62 @@ def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0, r1, accumula
                     rows[1, x, f] = p1
                     rows[2, x, f] = p2
                     rows[3, x, f] = p3
-        for p in range(min(4, out_h - ty * 4)):
-            for f in range(n):
-                dst = ((b * n + f) * out_h + ty * 4 + p) * out_w
-                if accumulate:
-                    for j in range(out_w):
-                        out[dst + j] += rows[p, j, f]
-                else:
-                    for j in range(out_w):
-                        out[dst + j] = rows[p, j, f]
+        _write_rows(out, rows, b, n, out_h, out_w, ty * 4, accumulate)
+
+
+@njit(cache=True, nogil=True)
+def winograd2_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
+    """F(2x2, 3x3)'s input transform, as winograd_input_cpu: V[k1 * 4 + k2, tile, ic] =
+    (B^T d B)[k1, k2] for every 4x4 input tile d (origin 2 * tile - pad)."""
+    rows = np.empty((4, 2 * tw + 2, c), np.float32)
+    half = np.empty((4, 4, c), np.float32)
+    for row in range(r0, r1):
+        b = row // th
+        ty = row - b * th
+        _rows_channels_last(x, rows, b, c, h, w, ty * 2 - pad, pad)
+        for tx in range(tw):
+            t = row * tw + tx
+            x0 = 2 * tx
+            for j in range(4):
+                for ic in range(c):
+                    a0, a1, a2, a3 = _bt4(rows[0, x0 + j, ic], rows[1, x0 + j, ic],
+                                          rows[2, x0 + j, ic], rows[3, x0 + j, ic])
+                    half[0, j, ic] = a0
+                    half[1, j, ic] = a1
+                    half[2, j, ic] = a2
+                    half[3, j, ic] = a3
+            for r in range(4):
+                k = r * 4
+                for ic in range(c):
+                    v0, v1, v2, v3 = _bt4(half[r, 0, ic], half[r, 1, ic], half[r, 2, ic],
+                                          half[r, 3, ic])
+                    V[k, t, ic] = v0
+                    V[k + 1, t, ic] = v1
+                    V[k + 2, t, ic] = v2
+                    V[k + 3, t, ic] = v3
+
+
+@njit(cache=True, nogil=True)
+def winograd2_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
+    """F(2x2, 3x3)'s output transform, as winograd_output_cpu: the 2x2 output tiles A^T M A
+    of the tile rows r0 <= b * th + ty < r1, cropped."""
+    half = np.empty((4, 2, n), np.float32)
+    rows = np.empty((2, 2 * tw, n), np.float32)
+    for row in range(r0, r1):
+        b = row // th
+        ty = row - b * th
+        for tx in range(tw):
+            t = row * tw + tx
+            for r in range(4):
+                k = r * 4
+                for f in range(n):
+                    o0, o1 = _at4(M[k, t, f], M[k + 1, t, f], M[k + 2, t, f], M[k + 3, t, f])
+                    half[r, 0, f] = o0
+                    half[r, 1, f] = o1
+            for q in range(2):
+                x = 2 * tx + q
+                for f in range(n):
+                    p0, p1 = _at4(half[0, q, f], half[1, q, f], half[2, q, f], half[3, q, f])
+                    rows[0, x, f] = p0
+                    rows[1, x, f] = p1
+        _write_rows(out, rows, b, n, out_h, out_w, ty * 2, accumulate)

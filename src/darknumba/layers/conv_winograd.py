@@ -24,13 +24,20 @@ from concurrent.futures import ThreadPoolExecutor
 import numba
 import numpy as np
 
-from ..kernels.winograd import G, tiles_of, winograd_input_cpu, winograd_output_cpu
+from ..kernels.winograd import (G, G2, tiles_of, winograd2_input_cpu, winograd2_output_cpu,
+                                winograd_input_cpu, winograd_output_cpu)
 from ..thread_policy import blas_single_threaded, blas_thread_counts
 from .base import scratch_of
 
 # U[a * 6 + b] = sum over i, j of G[a, i] G[b, j] g[i, j]: the filter transform G g G^T of a
 # 3x3 filter g (row-major, 9 values) as one 36 x 9 matrix
 G_KRON = np.kron(G, G)
+# F(2x2, 3x3)'s: 16 x 9
+G2_KRON = np.kron(G2, G2)
+# the transforms of F(m x m, 3x3) by output tile size m: (filter transform, input kernel,
+# output kernel)
+VARIANTS = {4: (G_KRON, winograd_input_cpu, winograd_output_cpu),
+            2: (G2_KRON, winograd2_input_cpu, winograd2_output_cpu)}
 
 # Where Winograd pays, measured per layer in a network's sequence (sixth session, medians of
 # 40 forwards interleaved with the exact path, Winograd / exact time; the transforms channels
@@ -60,6 +67,10 @@ TRAIN_MIN_TILES = 49
 # yolov4-tiny's 26x26 and 52x52 layers (0.7-0.8 M) one OpenBLAS call per GEMM over two threads
 # took 1.2-1.3x the time of the GEMMs dealt out, each on one thread
 SPLIT_GEMMS_FROM = 1 << 16
+# F(4x4) tiles per image below which inference takes F(2x2, 3x3) (kernels/winograd.py): on
+# 13x13 maps at batch 1 it took 0.78-0.92 of F(4x4)'s time on yolov4-tiny's, yolov3-tiny's and
+# yolov3's layers of 256-1024 channels; from 26x26 on (49 tiles) F(4x4) is 1.05-1.12x faster
+WINOGRAD_F2_BELOW = 49
 # filters (n x channels) transformed per step in transformed_weights
 TRANSFORM_CHUNK = 1 << 15
 # ranges of tile rows or GEMMs per thread in on_threads
@@ -87,22 +98,30 @@ def use_winograd(l, net) -> bool:
             and winograd_eligible(l, bool(getattr(net, "train", False))))
 
 
-def transformed_weights(l) -> np.ndarray:
-    """U = G g G^T for every channel and filter (36 x c x n), in float64 rounded once to
-    float32 (one BLAS GEMM over all filters: no kernel to compile for a transform made once per
-    layer), made once and kept on the layer."""
+def winograd_tile(l, train=False) -> int:
+    """The output tile size m of F(m x m, 3x3) for an eligible layer: 2 at inference on maps
+    with fewer than WINOGRAD_F2_BELOW 4x4 tiles, else 4."""
+    th, tw = tiles_of(l.out_h, l.out_w)
+    return 2 if not train and th * tw < WINOGRAD_F2_BELOW else 4
+
+
+def transformed_weights(l, m=4) -> np.ndarray:
+    """U = G g G^T for every channel and filter ((m + 2)^2 x c x n; G of F(m x m, 3x3)), in
+    float64 rounded once to float32 (BLAS GEMMs with kron(G, G): no kernel to compile for a
+    transform made once per layer), made once and kept on the layer."""
     U = getattr(l, "winograd_weights", None)
-    if U is None:
+    if U is None or U.shape[0] != (m + 2) ** 2:
+        kron = VARIANTS[m][0]
         n, c = l.n, l.c
         w = l.weights[:n * c * 9].reshape(n, c, 9)
-        U = np.empty((36, c, n), np.float32)
+        U = np.empty((kron.shape[0], c, n), np.float32)
         # a few channels at a time, their filters gathered channel-major: the product comes
         # out in U's layout, and the float64 temporaries stay small (a 512 x 512 layer's whole
         # transform at once, then transposed, took 3x as long: a warm start makes them all)
         step = max(1, TRANSFORM_CHUNK // n)
         for c0 in range(0, c, step):
             g = w[:, c0:c0 + step].transpose(1, 0, 2).astype(np.float64)
-            U[:, c0:c0 + step] = (G_KRON @ g.reshape(-1, 9).T).reshape(36, -1, n)
+            U[:, c0:c0 + step] = (kron @ g.reshape(-1, 9).T).reshape(kron.shape[0], -1, n)
         l.winograd_weights = U
     return U
 
@@ -120,9 +139,11 @@ def transformed_flipped_weights(l) -> np.ndarray:
 
 
 def forward_winograd(l, net):
-    """l.output = conv(net.input) through F(4x4, 3x3), before the biases or batch norm."""
-    _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, transformed_weights(l),
-                   l.output, l.out_h, l.out_w, accumulate=False, per_image=not net.train)
+    """l.output = conv(net.input) through F(4x4, 3x3) (at inference on small maps F(2x2, 3x3),
+    winograd_tile), before the biases or batch norm."""
+    m = winograd_tile(l, net.train)
+    _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, transformed_weights(l, m),
+                   l.output, l.out_h, l.out_w, accumulate=False, per_image=not net.train, m=m)
 
 
 def backward_input_winograd(l, net):
@@ -134,18 +155,20 @@ def backward_input_winograd(l, net):
                    per_image=False)
 
 
-def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate, per_image):
+def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate, per_image,
+                   m=4):
     """out (+)= the 3x3 convolution of x (batch x c x h x w) at padding `pad` with the filters
-    transformed into U (36 x c x n): input transform, the 36 GEMMs, output transform. With
-    `per_image` (inference) one image's tiles at a time: its outputs must not depend on its
-    slot in the batch (BATCH_GEMM_MAX_N in convolutional.py)."""
-    n = U.shape[2]
-    th, tw = tiles_of(out_h, out_w)
+    transformed into U ((m + 2)^2 x c x n) through F(m x m, 3x3): input transform, the GEMMs,
+    output transform. With `per_image` (inference) one image's tiles at a time: its outputs
+    must not depend on its slot in the batch (BATCH_GEMM_MAX_N in convolutional.py)."""
+    _, input_kernel, output_kernel = VARIANTS[m]
+    k2, n = U.shape[0], U.shape[2]
+    th, tw = tiles_of(out_h, out_w, m)
     tiles = batch * th * tw
     scratch = scratch_of(net)
-    V = scratch("winograd_V", 36 * tiles * c).reshape(36, tiles, c)
-    M = scratch("winograd_M", 36 * tiles * n).reshape(36, tiles, n)
-    on_threads(lambda r0, r1: winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1),
+    V = scratch("winograd_V", k2 * tiles * c).reshape(k2, tiles, c)
+    M = scratch("winograd_M", k2 * tiles * n).reshape(k2, tiles, n)
+    on_threads(lambda r0, r1: input_kernel(x, batch, c, h, w, pad, th, tw, V, r0, r1),
                batch * th)
     if per_image:
         per = th * tw
@@ -153,8 +176,8 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
             winograd_gemms(V[:, b * per:(b + 1) * per], U, M[:, b * per:(b + 1) * per])
     else:
         winograd_gemms(V, U, M)
-    on_threads(lambda r0, r1: winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0,
-                                                  r1, accumulate), batch * th)
+    on_threads(lambda r0, r1: output_kernel(M, batch, n, out_h, out_w, th, tw, out, r0, r1,
+                                            accumulate), batch * th)
 
 
 def on_threads(work, n):
@@ -180,7 +203,7 @@ def on_threads(work, n):
 
 
 def winograd_gemms(V, U, M):
-    """M[k] = V[k] @ U[k] for the 36 k. numpy's stacked matmul makes 36 BLAS calls, each of
+    """M[k] = V[k] @ U[k] for the 36 (16) k. numpy's stacked matmul makes 36 BLAS calls, each of
     which wakes OpenBLAS's worker threads and waits for them: cheap on idle cores, but when
     other processes compete for the cores every one of those waits is long (measured on 2
     shared cores, medians per layer: 1.6-70x the time of what follows). Large GEMMs are

@@ -92,10 +92,14 @@ def kernel_key(l, net) -> str:
 
 
 def conv_path(l, net) -> str:
-    """The path a convolution's test-mode forward takes: direct, winograd, 1x1 or gemm."""
-    from ..layers.conv_winograd import use_winograd
-    return ("direct" if l._direct_thin() else "winograd" if use_winograd(l, net)
-            else "1x1" if l._direct_1x1() else "gemm")
+    """The path a convolution's test-mode forward takes: direct, winograd (F(4x4, 3x3)),
+    winograd2 (F(2x2, 3x3)), 1x1 or gemm."""
+    from ..layers.conv_winograd import use_winograd, winograd_tile
+    if l._direct_thin():
+        return "direct"
+    if use_winograd(l, net):
+        return "winograd2" if winograd_tile(l) == 2 else "winograd"
+    return "1x1" if l._direct_1x1() else "gemm"
 
 
 def forward_kernels(l, net) -> list:
@@ -108,6 +112,7 @@ def forward_kernels(l, net) -> list:
         if path == "direct":                # the biases / batch norm fused into it
             return [direct.conv3x3_direct_cpu]
         return ({"winograd": [winograd.winograd_input_cpu, winograd.winograd_output_cpu],
+                 "winograd2": [winograd.winograd2_input_cpu, winograd.winograd2_output_cpu],
                  "1x1": [], "gemm": [im2col.im2col_batch_cpu]}[path]
                 + [fused.batchnorm_bias_activate if l.batch_normalize else fused.bias_activate])
     if t == "maxpool":
