@@ -68,9 +68,10 @@ TRAIN_MIN_TILES = 49
 # took 1.2-1.3x the time of the GEMMs dealt out, each on one thread
 SPLIT_GEMMS_FROM = 1 << 16
 # F(4x4) tiles per image below which inference takes F(2x2, 3x3) (kernels/winograd.py): on
-# 13x13 maps at batch 1 it took 0.78-0.92 of F(4x4)'s time on yolov4-tiny's, yolov3-tiny's and
-# yolov3's layers of 256-1024 channels; from 26x26 on (49 tiles) F(4x4) is 1.05-1.12x faster
-WINOGRAD_F2_BELOW = 49
+# 13x13 maps at batch 1 (16 tiles) it took 0.78-0.98 of F(4x4)'s time on yolov4-tiny's,
+# yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
+# 1.07-1.11x, from 26x26 on 1.05-1.12x
+WINOGRAD_F2_BELOW = 25
 # filters (n x channels) transformed per step in transformed_weights
 TRANSFORM_CHUNK = 1 << 15
 # ranges of tile rows or GEMMs per thread in on_threads
