@@ -29,8 +29,8 @@ DialectOption = Annotated[Optional[str], typer.Option(
 ExactOption = Annotated[Optional[bool], typer.Option(
     "--exact/--winograd", help="--exact: every convolution as im2col + GEMM, as Darknet "
     "computes it (also DARKNUMBA_EXACT=1); --winograd (the default): Winograd F(4x4,3x3) for "
-    "the larger 3x3 stride-1 ones (within ~1e-4 of exact; in training their forward and input "
-    "gradient)", show_default=False)]
+    "the larger 3x3 stride-1 ones, F(2x2,3x3) on 13x13 maps (within ~1e-4 of exact; in "
+    "training the largest ones' forward and input gradient)", show_default=False)]
 
 
 # data-parallel training under mpirun (train/data_parallel.py); without mpirun they do nothing
