@@ -191,4 +191,4 @@ def test_the_cache_probe_asks_each_layer_for_its_kernels(tmp_path):
     assert pools == [[pool.forward_maxpool2_same_cpu], [pool.forward_maxpool_cpu],
                      [pool.forward_maxpool_rows_cpu]]
     assert [compile_ahead.conv_path(l, net) for l in net.layers
-            if l.type == "convolutional"] == ["direct", "gemm", "1x1", "gemm", "1x1"]
+            if l.type == "convolutional"] == ["direct", "im2col", "1x1", "im2col", "1x1"]

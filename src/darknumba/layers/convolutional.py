@@ -28,7 +28,7 @@ from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scra
 from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
-from .conv_winograd import backward_input_winograd, forward_winograd, use_winograd
+from .conv_winograd import backward_input_winograd, forward_winograd, use_winograd, winograd_tile
 from .memory import zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
@@ -119,6 +119,17 @@ class ConvolutionalLayer(Layer):
         if self.size != 1 or self.ext:
             return False
         return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
+
+    def forward_path(self, net) -> str:
+        """How forward computes this layer as `net` runs it (in training or at inference):
+        "direct" (the thin 3x3 kernel), "winograd4x4" or "winograd2x2" (Winograd F(m x m, 3x3),
+        conv_winograd.py), "1x1" (the input is the column matrix) or "im2col" (im2col + GEMM)."""
+        if self._direct_thin():
+            return "direct"
+        if use_winograd(self, net):
+            m = winograd_tile(self, bool(net.train))
+            return f"winograd{m}x{m}"
+        return "1x1" if self._direct_1x1() else "im2col"
 
     def _direct_thin(self) -> bool:
         """A thin stride-1 convolution computed directly (see DIRECT_MAX_K and

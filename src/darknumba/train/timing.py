@@ -16,21 +16,25 @@ def unit_rolling_variance(net):
 
 
 def _table(net, fwd_ms, bwd_ms=None) -> str:
+    """One row per layer: its type, for a convolution how it is computed (forward_path, as the
+    network ran: in training or at inference), ms and GFLOPS, share of the total."""
     total = fwd_ms.sum() + (bwd_ms.sum() if bwd_ms is not None else 0)
-    head = f"{'layer':>5} {'type':<14}{'fwd ms':>8} {'GFLOPS':>7}"
+    head = f"{'layer':>5} {'type':<14}{'path':<12}{'fwd ms':>8} {'GFLOPS':>7}"
     if bwd_ms is not None:
         head += f"{'bwd ms':>8} {'GFLOPS':>7}"
     rows = [head + f" {'share':>6}"]
     for i, l in enumerate(net.layers):
         gf = l.bflops * net.batch
-        row = f"{i:5d} {l.type:<14}{fwd_ms[i]:8.2f} {gf / fwd_ms[i] * 1000 if gf else 0:7.1f}"
+        path = l.forward_path(net) if l.type == "convolutional" else ""
+        row = (f"{i:5d} {l.type:<14}{path:<12}{fwd_ms[i]:8.2f} "
+               f"{gf / fwd_ms[i] * 1000 if gf else 0:7.1f}")
         t = fwd_ms[i]
         if bwd_ms is not None:
             # backward of a conv/connected layer: a weight-gradient and an input-gradient GEMM
             row += f"{bwd_ms[i]:8.2f} {2 * gf / bwd_ms[i] * 1000 if gf and bwd_ms[i] else 0:7.1f}"
             t += bwd_ms[i]
         rows.append(row + f" {t / total:6.1%}")
-    rows.append(f"{'':5} {'total':<14}{fwd_ms.sum():8.2f} {'':7}"
+    rows.append(f"{'':5} {'total':<14}{'':<12}{fwd_ms.sum():8.2f} {'':7}"
                 + (f"{bwd_ms.sum():8.2f}" if bwd_ms is not None else ""))
     return "\n".join(rows)
 

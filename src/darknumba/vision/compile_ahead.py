@@ -92,14 +92,9 @@ def kernel_key(l, net) -> str:
 
 
 def conv_path(l, net) -> str:
-    """The path a convolution's test-mode forward takes: direct, winograd (F(4x4, 3x3)),
-    winograd2 (F(2x2, 3x3)), 1x1 or gemm."""
-    from ..layers.conv_winograd import use_winograd, winograd_tile
-    if l._direct_thin():
-        return "direct"
-    if use_winograd(l, net):
-        return "winograd2" if winograd_tile(l) == 2 else "winograd"
-    return "1x1" if l._direct_1x1() else "gemm"
+    """The path a convolution's test-mode forward takes (ConvolutionalLayer.forward_path:
+    direct, winograd4x4, winograd2x2, 1x1 or im2col)."""
+    return l.forward_path(net)
 
 
 def forward_kernels(l, net) -> list:
@@ -111,9 +106,9 @@ def forward_kernels(l, net) -> list:
         path = conv_path(l, net)
         if path == "direct":                # the biases / batch norm fused into it
             return [direct.conv3x3_direct_cpu]
-        return ({"winograd": [winograd.winograd_input_cpu, winograd.winograd_output_cpu],
-                 "winograd2": [winograd.winograd2_input_cpu, winograd.winograd2_output_cpu],
-                 "1x1": [], "gemm": [im2col.im2col_batch_cpu]}[path]
+        return ({"winograd4x4": [winograd.winograd_input_cpu, winograd.winograd_output_cpu],
+                 "winograd2x2": [winograd.winograd2_input_cpu, winograd.winograd2_output_cpu],
+                 "1x1": [], "im2col": [im2col.im2col_batch_cpu]}[path]
                 + [fused.batchnorm_bias_activate if l.batch_normalize else fused.bias_activate])
     if t == "maxpool":
         return [l.forward_kernel()]
