@@ -18,7 +18,9 @@ def test_bench_prints_a_layer_table_and_a_rate(train):
         warnings.simplefilter("error", RuntimeWarning)      # no inf / NaN arithmetic
         r = CliRunner().invoke(app, args)
     assert r.exit_code == 0, r.output
-    assert re.search(r"^\s+0 convolutional\s+\d+\.\d+", r.output, re.M)
+    # each convolution with its path (layer.forward_path), then its time
+    assert re.search(r"^\s+0 convolutional\s+(direct|winograd4x4|winograd2x2|1x1|im2col)"
+                     r"\s+\d+\.\d+", r.output, re.M)
     what = "training step" if train else "forward"
     m = re.search(rf"{what} ([\d.]+) ms median for (\d) image\(s\): ([\d.]+) images/s", r.output)
     assert m and float(m.group(1)) > 0 and float(m.group(3)) > 0
