@@ -41,9 +41,9 @@ VARIANTS = {4: (G_KRON, winograd_input_cpu, winograd_output_cpu),
 
 # Where Winograd pays, measured per layer in a network's sequence (sixth session, medians of
 # 40 forwards interleaved with the exact path, Winograd / exact time; the transforms channels
-# last, kernels/winograd.py): 0.47-0.70 on yolov3's, yolov4-tiny's and yolov3-tiny's 3x3 layers
+# last, kernels/winograd.py): 0.47-0.73 on yolov3's, yolov4-tiny's and yolov3-tiny's 3x3 layers
 # from 64 channels at 26x26 to 104x104 (0.2-1.6 BFLOPs), 0.60-0.93 at 13x13 (4x4 tiles, the
-# output padded to 16x16; 256-512 channels), 0.79-0.94 at 32 -> 64 channels, but 0.99-1.04
+# output padded to 16x16; 256-512 channels), 0.84-0.94 at 32 -> 64 channels, but 0.87-1.04
 # at 32 -> 32 (yolov4-tiny 4, 5, which the direct kernel takes) and 16 -> 32 (yolov3-tiny 2).
 # The transforms cost about tiles * (c + n), the GEMMs tiles * c * n: what decides is
 # c * n / (c + n), from WINOGRAD_MIN_CN on.
@@ -68,7 +68,7 @@ TRAIN_MIN_TILES = 49
 # took 1.2-1.3x the time of the GEMMs dealt out, each on one thread
 SPLIT_GEMMS_FROM = 1 << 16
 # F(4x4) tiles per image below which inference takes F(2x2, 3x3) (kernels/winograd.py): on
-# 13x13 maps at batch 1 (16 tiles) it took 0.78-0.98 of F(4x4)'s time on yolov4-tiny's,
+# 13x13 maps at batch 1 (16 tiles) it took 0.80-1.02 of F(4x4)'s time on yolov4-tiny's,
 # yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
 # 1.07-1.11x, from 26x26 on 1.05-1.12x
 WINOGRAD_F2_BELOW = 25
