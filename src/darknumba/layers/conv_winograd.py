@@ -72,7 +72,7 @@ SPLIT_GEMMS_FROM = 1 << 16
 # yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
 # 1.07-1.11x, from 26x26 on 1.05-1.12x
 WINOGRAD_F2_BELOW = 25
-# filters (n x channels) transformed per step in transformed_weights
+# filters (filters x channels) transformed per step in transform_filters
 TRANSFORM_CHUNK = 1 << 15
 # ranges of tile rows or GEMMs per thread in on_threads
 TASKS_PER_THREAD = 4
@@ -107,22 +107,11 @@ def winograd_tile(l, train=False) -> int:
 
 
 def transformed_weights(l, m=4) -> np.ndarray:
-    """U = G g G^T for every channel and filter ((m + 2)^2 x c x n; G of F(m x m, 3x3)), in
-    float64 rounded once to float32 (BLAS GEMMs with kron(G, G): no kernel to compile for a
-    transform made once per layer), made once and kept on the layer."""
+    """U = G g G^T for every channel and filter ((m + 2)^2 x c x n; G of F(m x m, 3x3)), made
+    once and kept on the layer (transform_filters)."""
     U = getattr(l, "winograd_weights", None)
     if U is None or U.shape[0] != (m + 2) ** 2:
-        kron = VARIANTS[m][0]
-        n, c = l.n, l.c
-        w = l.weights[:n * c * 9].reshape(n, c, 9)
-        U = np.empty((kron.shape[0], c, n), np.float32)
-        # a few channels at a time, their filters gathered channel-major: the product comes
-        # out in U's layout, and the float64 temporaries stay small (a 512 x 512 layer's whole
-        # transform at once, then transposed, took 3x as long: a warm start makes them all)
-        step = max(1, TRANSFORM_CHUNK // n)
-        for c0 in range(0, c, step):
-            g = w[:, c0:c0 + step].transpose(1, 0, 2).astype(np.float64)
-            U[:, c0:c0 + step] = (kron @ g.reshape(-1, 9).T).reshape(kron.shape[0], -1, n)
+        U = transform_filters(l.weights[:l.n * l.c * 9].reshape(l.n, l.c, 9), VARIANTS[m][0])
         l.winograd_weights = U
     return U
 
@@ -132,10 +121,27 @@ def transformed_flipped_weights(l) -> np.ndarray:
     input and output channels swapped), transformed as in transformed_weights: 36 x n x c."""
     U = getattr(l, "winograd_weights_flipped", None)
     if U is None:
-        # rot180 of a row-major 3x3 filter is its nine values reversed
-        g = l.weights[:l.n * l.c * 9].reshape(l.n * l.c, 9)[:, ::-1].astype(np.float64)
-        U = (G_KRON @ g.T).astype(np.float32).reshape(36, l.n, l.c)
+        # rot180 of a row-major 3x3 filter is its nine values reversed; the gradient's filter
+        # from delta channel f to input channel ic is rot180(W[f, ic])
+        w = l.weights[:l.n * l.c * 9].reshape(l.n, l.c, 9)[:, :, ::-1].transpose(1, 0, 2)
+        U = transform_filters(w, G_KRON)
         l.winograd_weights_flipped = U
+    return U
+
+
+def transform_filters(w, kron) -> np.ndarray:
+    """kron(G, G) applied to every 3x3 filter of w (filters x channels x 9): U (kron's rows x
+    channels x filters), in float64 rounded once to float32, with BLAS GEMMs (no kernel to
+    compile for a transform made once per layer, or per training step). A few channels at a
+    time (TRANSFORM_CHUNK filters), their filters gathered channel-major: the products come out
+    in U's layout and the float64 temporaries stay small (a 512 x 512 layer's whole transform
+    at once, then transposed, took 3x as long; a warm start makes them all)."""
+    n, c = w.shape[0], w.shape[1]
+    U = np.empty((kron.shape[0], c, n), np.float32)
+    step = max(1, TRANSFORM_CHUNK // n)
+    for c0 in range(0, c, step):
+        g = w[:, c0:c0 + step].transpose(1, 0, 2).astype(np.float64)
+        U[:, c0:c0 + step] = (kron @ g.reshape(-1, 9).T).reshape(kron.shape[0], -1, n)
     return U
 
 
