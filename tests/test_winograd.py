@@ -65,11 +65,11 @@ def run_kernels(x, wts, b, c, h, w, n, pad, m=4):
     V = np.full(((m + 2) ** 2, b * th * tw, c), np.nan, np.float32)
     rows = b * th
     for r0, r1 in ((0, rows // 2), (rows // 2, rows)):   # tile-row ranges, as threads take them
-        input_kernel(x, b, c, h, w, pad, th, tw, V, r0, r1)
+        input_kernel(x, c, h, w, pad, th, tw, V, r0, r1)
     M = np.matmul(V, U)
     out, big = guarded(b * n * oh * ow, fill=np.nan)
     for r0, r1 in ((0, rows // 3), (rows // 3, rows)):
-        output_kernel(M, b, n, oh, ow, th, tw, out, r0, r1, False)
+        output_kernel(M, n, oh, ow, th, tw, out, r0, r1, False)
     assert guards_intact(big)
     return out, U, V
 

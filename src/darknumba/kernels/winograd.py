@@ -21,7 +21,8 @@ Layouts: x [batch x c x h x w], out [batch x n x out_h x out_w] (out_h = h + 2*p
 V [36 x tiles x c], M [36 x tiles x n] (channels, filters last: each transform's arithmetic
 runs as one vector loop over them, and the GEMMs are M[k] = V[k] @ U[k] with U [36 x c x n]);
 tiles are numbered (b, ty, tx), ty < ceil(out_h / 4), tx < ceil(out_w / 4), a tile row being
-(b, ty). Tiles that run past the output's edge are computed whole and cropped when written.
+(b, ty), the kernels' ranges r0 <= b * th + ty < r1 (the caller keeps r1 <= batch * th). Tiles
+that run past the output's edge are computed whole and cropped when written.
 An earlier layout (channels first, the transforms vectorised along the tiles of a row) ran the
 transforms 1.5-4x slower: at 26x26 a row holds 7 tiles, too few for the vector loops.
 
@@ -121,7 +122,7 @@ def _write_rows(out, rows, b, n, out_h, out_w, y0, accumulate):
 
 
 @njit(cache=True, nogil=True)
-def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
+def winograd_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
     """V[k1 * 6 + k2, tile, ic] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel ic,
     over the tile rows r0 <= b * th + ty < r1.
     Per tile row, the six input rows under it go, zero-padded, into rows[i, column, channel]
@@ -161,7 +162,7 @@ def winograd_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
 
 
 @njit(cache=True, nogil=True)
-def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
+def winograd_output_cpu(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
     """out[b, f] = (or, with `accumulate`, +=) the 4x4 output tiles A^T M A of the tile rows
     r0 <= b * th + ty < r1, cropped to out_h x out_w (the raw sums: the caller applies the
     layer's biases or batch norm and activation).
@@ -196,7 +197,7 @@ def winograd_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0, r1, accumula
 
 
 @njit(cache=True, nogil=True)
-def winograd2_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
+def winograd2_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
     """F(2x2, 3x3)'s input transform, as winograd_input_cpu: V[k1 * 4 + k2, tile, ic] =
     (B^T d B)[k1, k2] for every 4x4 input tile d (origin 2 * tile - pad)."""
     rows = np.empty((4, 2 * tw + 2, c), np.float32)
@@ -228,7 +229,7 @@ def winograd2_input_cpu(x, batch, c, h, w, pad, th, tw, V, r0, r1):
 
 
 @njit(cache=True, nogil=True)
-def winograd2_output_cpu(M, batch, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
+def winograd2_output_cpu(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
     """F(2x2, 3x3)'s output transform, as winograd_output_cpu: the 2x2 output tiles A^T M A
     of the tile rows r0 <= b * th + ty < r1, cropped."""
     half = np.empty((4, 2, n), np.float32)

@@ -175,7 +175,7 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
     scratch = scratch_of(net)
     V = scratch("winograd_V", k2 * tiles * c).reshape(k2, tiles, c)
     M = scratch("winograd_M", k2 * tiles * n).reshape(k2, tiles, n)
-    on_threads(lambda r0, r1: input_kernel(x, batch, c, h, w, pad, th, tw, V, r0, r1),
+    on_threads(lambda r0, r1: input_kernel(x, c, h, w, pad, th, tw, V, r0, r1),
                batch * th)
     if per_image:
         per = th * tw
@@ -183,7 +183,7 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
             winograd_gemms(V[:, b * per:(b + 1) * per], U, M[:, b * per:(b + 1) * per])
     else:
         winograd_gemms(V, U, M)
-    on_threads(lambda r0, r1: output_kernel(M, batch, n, out_h, out_w, th, tw, out, r0, r1,
+    on_threads(lambda r0, r1: output_kernel(M, n, out_h, out_w, th, tw, out, r0, r1,
                                             accumulate), batch * th)
 
 
