@@ -190,5 +190,5 @@ def test_the_cache_probe_asks_each_layer_for_its_kernels(tmp_path):
     pools = [compile_ahead.forward_kernels(l, net) for l in net.layers if l.type == "maxpool"]
     assert pools == [[pool.forward_maxpool2_same_cpu], [pool.forward_maxpool_cpu],
                      [pool.forward_maxpool_rows_cpu]]
-    assert [compile_ahead.conv_path(l, net) for l in net.layers
+    assert [l.forward_path(net) for l in net.layers
             if l.type == "convolutional"] == ["direct", "im2col", "1x1", "im2col", "1x1"]

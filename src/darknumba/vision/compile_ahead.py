@@ -85,16 +85,10 @@ def kernel_key(l, net) -> str:
     parts = [l.type, str(getattr(l, "activation", ""))]
     if l.type == "convolutional":
         # size and stride change no kernel: im2col takes them as values
-        parts += [conv_path(l, net), str(l.batch_normalize), str(l.groups > 1)]
+        parts += [l.forward_path(net), str(l.batch_normalize), str(l.groups > 1)]
     elif l.type == "maxpool":
         parts += [str(l.size), str(l.stride), str((l.out_w, l.out_h) == (l.w, l.h))]
     return "/".join(parts)
-
-
-def conv_path(l, net) -> str:
-    """The path a convolution's test-mode forward takes (ConvolutionalLayer.forward_path:
-    direct, winograd4x4, winograd2x2, 1x1 or im2col)."""
-    return l.forward_path(net)
 
 
 def forward_kernels(l, net) -> list:
@@ -103,7 +97,7 @@ def forward_kernels(l, net) -> list:
     from ..layers.yolo_ab import AbYoloLayer
     t = l.type
     if t == "convolutional":
-        path = conv_path(l, net)
+        path = l.forward_path(net)
         if path == "direct":                # the biases / batch norm fused into it
             return [direct.conv3x3_direct_cpu]
         return ({"winograd4x4": [winograd.winograd_input_cpu, winograd.winograd_output_cpu],
