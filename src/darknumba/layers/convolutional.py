@@ -193,10 +193,11 @@ class ConvolutionalLayer(Layer):
         cg = self.c // self.groups
         if net.train:
             self.weights_changed()      # training changes them: the transform is made anew
-        if self._direct_thin():
+        path = self.forward_path(net)       # the one decision, also what `bench` prints
+        if path == "direct":
             self._forward_direct(net)
             return
-        if use_winograd(self, net):
+        if path.startswith("winograd"):
             forward_winograd(self, net)
         elif self.batch > 1 and self._batched(n) and net.train:
             self._forward_gemms_batched(net, m, k, n)
