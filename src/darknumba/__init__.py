@@ -1,5 +1,7 @@
 """darknumba: Darknet's layers, loss and training loop, compiled with Numba for the CPU."""
 import gc as _gc
+import os as _os
+import sys as _sys
 
 # numba's import makes a few hundred thousand objects: the collector's full passes over them
 # during the import cost ~0.1-0.3 s and find nothing to free. Off while importing, then as it was.
@@ -24,6 +26,12 @@ try:
     from .weights import load_weights, save_weights
 finally:                    # also when an import fails: the collector as it was
     if _gc_was_enabled:
+        # Run as the `darknumba` command, this process is ours: what the import made stays
+        # until exit, so it is frozen out of later collections (their first passes over it
+        # took 0.1-0.15 s of a warm `detect`). Imported as a library, the user's objects are
+        # left to the collector as they were.
+        if _os.path.basename(getattr(_sys, "argv", [""])[0] or "") == "darknumba":
+            _gc.freeze()
         _gc.enable()
 
 __all__ = [
