@@ -107,21 +107,38 @@ def test_kernels_match_reference_and_convolution(rng, b, c, h, w, n, pad, m):
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-5 * scale)
 
 
-@pytest.mark.parametrize("chunk", [1, 7, 40])
-def test_filter_transform_in_chunks_of_channels(rng, monkeypatch, chunk):
-    """transformed_weights a few channels at a time (TRANSFORM_CHUNK filters per step, down to
-    one channel) gives what the whole transform at once gives, bit for bit, and that is the
-    float64 transform of every filter."""
+@pytest.mark.parametrize("m", [4, 2])
+@pytest.mark.parametrize("n, c", [(6, 11), (33, 2), (1, 70), (65, 3)])
+def test_filter_transform_against_float64(rng, n, c, m):
+    """The filter transform (winograd_filters_cpu, blocks of FILTER_BLOCK filters: counts
+    around it) against the float64 G g G^T of every filter, within float32's rounding of it;
+    the input gradient's (flipped) filters against rot180 of each filter, channels and filters
+    swapped; a range of U's rows writes those rows and no other."""
     import darknumba.layers.conv_winograd as cw
-    n, c = 6, 11
+    from darknumba.kernels.winograd import winograd_filters_cpu
+    g = MATRICES[m][2]
     wts = rng.standard_normal(n * c * 9).astype(np.float32)
-    whole = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
-    monkeypatch.setattr(cw, "TRANSFORM_CHUNK", chunk)
-    U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None))
-    np.testing.assert_array_equal(U, whole)
-    U_ref = np.einsum("ai,ncij,bj->abcn", GREF, wts.reshape(n, c, 3, 3).astype(np.float64),
-                      GREF).reshape(36, c, n)
-    np.testing.assert_allclose(U, U_ref, rtol=1e-6, atol=1e-7)
+    layer = SimpleNamespace(n=n, c=c, weights=wts)
+    w64 = wts.reshape(n, c, 3, 3).astype(np.float64)
+    a2 = (m + 2) ** 2
+    U_ref = np.einsum("ai,ncij,bj->abcn", g, w64, g).reshape(a2, c, n)
+    U = cw.transform_filters(layer, cw.VARIANTS[m][0])
+    np.testing.assert_allclose(U, U_ref, rtol=2 ** -23, atol=1e-30)
+    F_ref = np.einsum("ai,ncij,bj->abnc", g, w64[:, :, ::-1, ::-1], g).reshape(a2, n, c)
+    F = cw.transform_filters(layer, cw.VARIANTS[m][0], flip=True)
+    np.testing.assert_allclose(F, F_ref, rtol=2 ** -23, atol=1e-30)
+    part = np.full_like(U, np.nan)
+    winograd_filters_cpu(wts, c, cw.VARIANTS[m][0], False, part, 1, c)
+    assert np.isnan(part[:, 0]).all()
+    np.testing.assert_array_equal(part[:, 1:], U[:, 1:])
+
+
+def test_filter_transform_names_short_weights():
+    """Fewer weights than n x c x 9: an error naming both counts, not a read past the end."""
+    import darknumba.layers.conv_winograd as cw
+    layer = SimpleNamespace(n=4, c=3, weights=np.zeros(4 * 3 * 9 - 1, np.float32))
+    with pytest.raises(ValueError, match="need 108 weights, the layer has 107"):
+        cw.transform_filters(layer, cw.G_KRON)
 
 
 def test_check_can_fail(rng):

@@ -51,6 +51,45 @@ G2 = np.array([[1, 0, 0],
                [0, 0, 1]], np.float64)
 
 
+# filters per block of winograd_filters_cpu: their nine taps gathered, then each transformed value
+# one vector loop over the block
+FILTER_BLOCK = 32
+
+
+@njit(cache=True, nogil=True)
+def winograd_filters_cpu(weights, c, kron, flip, U, o0, o1):
+    """The filter transform kron(G, G) g of every 3x3 filter g of weights (filters x c x 9, in
+    Darknet's order) into U[:, o0:o1] (kron's rows x o x p), in float64 rounded once to float32.
+    Unflipped, U[k, ic, f] transforms filter f's channel ic (the forward's filters); flipped,
+    U[k, f, ic] transforms it rotated by 180 degrees (its nine taps reversed: the input
+    gradient's filters). Rows of kron's zeros are skipped: a third of its 324 products."""
+    K = kron.shape[0]
+    inner = U.shape[2]
+    g = np.empty((9, FILTER_BLOCK))
+    acc = np.empty(FILTER_BLOCK)
+    for o in range(o0, o1):
+        for p0 in range(0, inner, FILTER_BLOCK):
+            pn = min(FILTER_BLOCK, inner - p0)
+            for q in range(pn):
+                if flip:
+                    base = (o * c + p0 + q) * 9
+                    for j in range(9):
+                        g[j, q] = weights[base + 8 - j]
+                else:
+                    base = ((p0 + q) * c + o) * 9
+                    for j in range(9):
+                        g[j, q] = weights[base + j]
+            for k in range(K):
+                acc[:pn] = 0.0
+                for j in range(9):
+                    kj = kron[k, j]
+                    if kj != 0.0:
+                        for q in range(pn):
+                            acc[q] += kj * g[j, q]
+                for q in range(pn):
+                    U[k, o, p0 + q] = acc[q]
+
+
 def tiles_of(out_h, out_w, m=4):
     """(tile rows, tile columns) covering an out_h x out_w output with m x m tiles."""
     return -(-out_h // m), -(-out_w // m)

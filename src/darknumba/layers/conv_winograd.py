@@ -25,7 +25,7 @@ import numba
 import numpy as np
 
 from ..kernels.winograd import (G, G2, tiles_of, winograd2_input_cpu, winograd2_output_cpu,
-                                winograd_input_cpu, winograd_output_cpu)
+                                winograd_filters_cpu, winograd_input_cpu, winograd_output_cpu)
 from ..thread_policy import blas_single_threaded, blas_thread_counts
 from .base import scratch_of
 
@@ -72,8 +72,6 @@ SPLIT_GEMMS_FROM = 1 << 16
 # yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
 # 1.07-1.11x, from 26x26 on 1.05-1.12x
 WINOGRAD_F2_BELOW = 25
-# filters (filters x channels) transformed per step in transform_filters
-TRANSFORM_CHUNK = 1 << 15
 # ranges of tile rows or GEMMs per thread in on_threads
 TASKS_PER_THREAD = 4
 
@@ -111,7 +109,7 @@ def transformed_weights(l, m=4) -> np.ndarray:
     once and kept on the layer (transform_filters)."""
     U = getattr(l, "winograd_weights", None)
     if U is None or U.shape[0] != (m + 2) ** 2:
-        U = transform_filters(l.weights[:l.n * l.c * 9].reshape(l.n, l.c, 9), VARIANTS[m][0])
+        U = transform_filters(l, VARIANTS[m][0])
         l.winograd_weights = U
     return U
 
@@ -121,27 +119,24 @@ def transformed_flipped_weights(l) -> np.ndarray:
     input and output channels swapped), transformed as in transformed_weights: 36 x n x c."""
     U = getattr(l, "winograd_weights_flipped", None)
     if U is None:
-        # rot180 of a row-major 3x3 filter is its nine values reversed; the gradient's filter
-        # from delta channel f to input channel ic is rot180(W[f, ic])
-        w = l.weights[:l.n * l.c * 9].reshape(l.n, l.c, 9)[:, :, ::-1].transpose(1, 0, 2)
-        U = transform_filters(w, G_KRON)
+        U = transform_filters(l, G_KRON, flip=True)
         l.winograd_weights_flipped = U
     return U
 
 
-def transform_filters(w, kron) -> np.ndarray:
-    """kron(G, G) applied to every 3x3 filter of w (filters x channels x 9): U (kron's rows x
-    channels x filters), in float64 rounded once to float32, with BLAS GEMMs (no kernel to
-    compile for a transform made once per layer, or per training step). A few channels at a
-    time (TRANSFORM_CHUNK filters), their filters gathered channel-major: the products come out
-    in U's layout and the float64 temporaries stay small (a 512 x 512 layer's whole transform
-    at once, then transposed, took 3x as long; a warm start makes them all)."""
-    n, c = w.shape[0], w.shape[1]
-    U = np.empty((kron.shape[0], c, n), np.float32)
-    step = max(1, TRANSFORM_CHUNK // n)
-    for c0 in range(0, c, step):
-        g = w[:, c0:c0 + step].transpose(1, 0, 2).astype(np.float64)
-        U[:, c0:c0 + step] = (kron @ g.reshape(-1, 9).T).reshape(kron.shape[0], -1, n)
+def transform_filters(l, kron, flip=False) -> np.ndarray:
+    """kron(G, G) applied to every 3x3 filter of layer l: U (kron's rows x c x n), or flipped
+    (the filters rotated by 180 degrees, the gradient's from delta channel f to input channel ic
+    being rot180(W[f, ic])) kron's rows x n x c; winograd_filters_cpu on_threads over U's rows.
+    A warm start makes them all (yolov3-tiny's seven took 0.20-0.28 s as float64 BLAS GEMMs,
+    ~0.05 s so), and training the flipped ones every step."""
+    n, c = l.n, l.c
+    w = np.ascontiguousarray(l.weights[:n * c * 9], np.float32)
+    if w.size != n * c * 9:
+        raise ValueError(f"{n} filters of {c} x 3 x 3 need {n * c * 9} weights, "
+                         f"the layer has {w.size}")
+    U = np.empty((kron.shape[0], n if flip else c, c if flip else n), np.float32)
+    on_threads(lambda o0, o1: winograd_filters_cpu(w, c, kron, flip, U, o0, o1), U.shape[1])
     return U
 
 

@@ -100,8 +100,10 @@ def forward_kernels(l, net) -> list:
         path = l.forward_path(net)
         if path == "direct":                # the biases / batch norm fused into it
             return [direct.conv3x3_direct_cpu]
-        return ({"winograd4x4": [winograd.winograd_input_cpu, winograd.winograd_output_cpu],
-                 "winograd2x2": [winograd.winograd2_input_cpu, winograd.winograd2_output_cpu],
+        return ({"winograd4x4": [winograd.winograd_filters_cpu, winograd.winograd_input_cpu,
+                                 winograd.winograd_output_cpu],
+                 "winograd2x2": [winograd.winograd_filters_cpu, winograd.winograd2_input_cpu,
+                                 winograd.winograd2_output_cpu],
                  "1x1": [], "im2col": [im2col.im2col_batch_cpu]}[path]
                 + [fused.batchnorm_bias_activate if l.batch_normalize else fused.bias_activate])
     if t == "maxpool":
