@@ -174,3 +174,15 @@ def test_cold_detect_runs_numpy_and_leaves_the_compile_to_a_background_process(t
     assert len(a) == len(b) > 0
     for x, y in zip(a, b):
         assert x["name"] == y["name"] and abs(x["prob"] - y["prob"]) < 1e-4
+
+
+@pytest.mark.parametrize("argv0, frozen", [("/usr/bin/darknumba", True), ("script.py", False)])
+def test_import_freezes_the_collector_only_for_the_command(argv0, frozen):
+    """Run as the `darknumba` command (the console script's argv[0]), the objects the import
+    made are frozen out of later collections; imported by any other program, the user's
+    objects stay with the collector (nothing frozen) and the collector is on either way."""
+    code = ("import gc, sys; sys.argv = [sys.argv[1]]; import darknumba; "
+            "print(gc.get_freeze_count(), gc.isenabled())")
+    out = subprocess.run([sys.executable, "-c", code, argv0], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert (int(out[0]) > 10000) == frozen and out[1] == "True"
