@@ -16,7 +16,10 @@ NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0, EMPTY, EMPTY)          # raw sums only
 # to vectorise
 SHAPES = [(2, 3, 7, 5, 4, 1), (1, 5, 6, 9, 7, 1), (3, 2, 5, 4, 9, 0), (2, 1, 3, 3, 1, 2),
           (1, 4, 1, 2, 5, 1), (2, 3, 4, 70, 8, 1), (1, 2, 9, 33, 6, 2), (2, 1, 6, 5, 5, 0),
-          (1, 3, 5, 8, 4, 2), (2, 3, 9, 4, 6, 0), (1, 1, 4, 7, 3, 1)]
+          (1, 3, 5, 8, 4, 2), (2, 3, 9, 4, 6, 0), (1, 1, 4, 7, 3, 1),
+          # blocks of rows laid end to end (FLAT_POSITIONS): 3 rows of 302, tasks of 8 rows
+          # crossing from one image to the next; blocks of the whole task
+          (2, 2, 13, 300, 5, 1), (2, 2, 11, 20, 5, 1)]
 
 
 @pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES)
