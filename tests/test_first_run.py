@@ -186,3 +186,29 @@ def test_import_freezes_the_collector_only_for_the_command(argv0, frozen):
     out = subprocess.run([sys.executable, "-c", code, argv0], capture_output=True, text=True,
                          check=True).stdout.split()
     assert (int(out[0]) > 10000) == frozen and out[1] == "True"
+
+
+@pytest.mark.parametrize("items", [[], ["a"], ["a", "b", "c", "d"]])
+def test_warm_up_runs_while_the_first_images_decode(monkeypatch, items):
+    """prefetched hands the first images to its worker, then runs `meanwhile` (the
+    detector's warm-up) once, before it waits for any of them; with no images too."""
+    import threading
+
+    from darknumba.vision import detector as D
+    started, events = threading.Event(), []
+
+    def decode(item, c):
+        events.append(("decode", item))
+        started.set()
+        return item, None
+
+    def meanwhile():
+        if items:
+            assert started.wait(5)          # the first decode began before the warm-up
+        events.append(("meanwhile",))
+    monkeypatch.setattr(D, "_decode", decode)
+    out = list(D.prefetched(items, 2, meanwhile=meanwhile))
+    assert [o[0] for o in out] == items
+    assert events.count(("meanwhile",)) == 1
+    if items:
+        assert events[0] == ("decode", "a")

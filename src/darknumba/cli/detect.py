@@ -124,7 +124,9 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
     done = 0
     bar = tqdm(total=len(paths), unit="img", disable=single, file=sys.stderr, dynamic_ncols=True)
     echo = typer.echo if single else bar.write
-    detector.warm_up()                  # any compile before the clock starts
+    if not single:
+        detector.warm_up()              # any compile before the images/s clock starts
+    # (one image: run() warms up while its photo decodes; "Predicted in" never counts it)
     start = time.perf_counter()
     with json_lines_to(json_out) as jf, bar:
         for p in detector.run(paths):

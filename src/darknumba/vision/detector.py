@@ -174,17 +174,24 @@ def _decode(item, c: int):
         return None, str(e)
 
 
-def prefetched(items: Iterable, ahead: int, c: int = 3):
+def prefetched(items: Iterable, ahead: int, c: int = 3, meanwhile=None):
     """(item, image or None, error) in order, decoded with c channels (the network's, as
     AlexeyAB's load_image(path, 0, 0, net.c)) by a worker thread `ahead` items early (Pillow
-    releases the GIL while it decodes)."""
+    releases the GIL while it decodes). `meanwhile()`, if given, runs once the first items are
+    handed to the worker and before the first is waited for (the detector's warm-up: a warm
+    `detect` decodes its photo meanwhile)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         queue = deque()
         for item in items:
             queue.append((item, pool.submit(_decode, item, c)))
             if len(queue) > ahead:
+                if meanwhile is not None:
+                    meanwhile()
+                    meanwhile = None
                 q, f = queue.popleft()
                 yield (q, *f.result())
+        if meanwhile is not None:
+            meanwhile()
         while queue:
             q, f = queue.popleft()
             yield (q, *f.result())
@@ -414,10 +421,9 @@ class Detector:
         are: no folder, glob or list expansion), in order. Files are decoded up to two batches
         ahead; an unreadable one gives a Prediction with `error`, and its batch slot goes to
         the next image."""
-        self.warm_up()
         batch = self.net.batch
         chunk, ready = [], 0
-        for item, im, err in prefetched(images, 2 * batch, self.net.c):
+        for item, im, err in prefetched(images, 2 * batch, self.net.c, meanwhile=self.warm_up):
             source = os.fspath(item) if _is_path(item) else None
             chunk.append(Prediction(source, im, err, self.names, self.classes, self.thresh,
                                     alexeyab=self.alexeyab, ext_output=self.ext_output))
