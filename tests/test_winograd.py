@@ -62,11 +62,11 @@ def run_kernels(x, wts, b, c, h, w, n, pad, m=4):
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
     th, tw = tiles_of(oh, ow, m)
     U = transformed_weights(SimpleNamespace(n=n, c=c, weights=wts, winograd_weights=None), m)
-    V = np.full(((m + 2) ** 2, b * th * tw, c), np.nan, np.float32)
+    V = np.full((b * th * tw, (m + 2) ** 2, c), np.nan, np.float32)
     rows = b * th
     for r0, r1 in ((0, rows // 2), (rows // 2, rows)):   # tile-row ranges, as threads take them
         input_kernel(x, c, h, w, pad, th, tw, V, r0, r1)
-    M = np.matmul(V, U)
+    M = np.ascontiguousarray(np.matmul(V.transpose(1, 0, 2), U).transpose(1, 0, 2))
     out, big = guarded(b * n * oh * ow, fill=np.nan)
     for r0, r1 in ((0, rows // 3), (rows // 3, rows)):
         output_kernel(M, n, oh, ow, th, tw, out, r0, r1, False)
@@ -191,12 +191,13 @@ def test_gemms_dealt_out_to_threads_equal_one_stacked_matmul(rng, monkeypatch, n
     import darknumba.layers.conv_winograd as cw
     monkeypatch.setattr(cw, "SPLIT_GEMMS_FROM", 0)
     U = rng.standard_normal((36, c, n)).astype(np.float32)
-    V = rng.standard_normal((36, tiles, c)).astype(np.float32)
-    M = np.full((36, tiles, n), np.nan, np.float32)
+    V = rng.standard_normal((tiles, 36, c)).astype(np.float32)
+    M = np.full((tiles, 36, n), np.nan, np.float32)
     from darknumba.thread_policy import blas_thread_counts
     counts = [get_n() for _, get_n in blas_thread_counts()]
     cw.winograd_gemms(V, U, M)
-    np.testing.assert_allclose(M, np.matmul(V, U), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(M.transpose(1, 0, 2), np.matmul(V.transpose(1, 0, 2), U),
+                               rtol=1e-6, atol=1e-6)
     # OpenBLAS's (process-wide) thread count is given back: GEMMs after run on every thread
     assert [get_n() for _, get_n in blas_thread_counts()] == counts
 

@@ -168,14 +168,14 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
     th, tw = tiles_of(out_h, out_w, m)
     tiles = batch * th * tw
     scratch = scratch_of(net)
-    V = scratch("winograd_V", k2 * tiles * c).reshape(k2, tiles, c)
-    M = scratch("winograd_M", k2 * tiles * n).reshape(k2, tiles, n)
+    V = scratch("winograd_V", k2 * tiles * c).reshape(tiles, k2, c)
+    M = scratch("winograd_M", k2 * tiles * n).reshape(tiles, k2, n)
     on_threads(lambda r0, r1: input_kernel(x, c, h, w, pad, th, tw, V, r0, r1),
                batch * th)
     if per_image:
         per = th * tw
         for b in range(batch):
-            winograd_gemms(V[:, b * per:(b + 1) * per], U, M[:, b * per:(b + 1) * per])
+            winograd_gemms(V[b * per:(b + 1) * per], U, M[b * per:(b + 1) * per])
     else:
         winograd_gemms(V, U, M)
     on_threads(lambda r0, r1: output_kernel(M, n, out_h, out_w, th, tw, out, r0, r1,
@@ -205,7 +205,7 @@ def on_threads(work, n):
 
 
 def winograd_gemms(V, U, M):
-    """M[k] = V[k] @ U[k] for the 36 (16) k. numpy's stacked matmul makes 36 BLAS calls, each of
+    """M[:, k] = V[:, k] @ U[k] for the 36 (16) k (V, M: tiles x k x channels). numpy's stacked matmul makes 36 BLAS calls, each of
     which wakes OpenBLAS's worker threads and waits for them: cheap on idle cores, but when
     other processes compete for the cores every one of those waits is long (measured on 2
     shared cores, medians per layer: 1.6-70x the time of what follows). Large GEMMs are
@@ -213,11 +213,12 @@ def winograd_gemms(V, U, M):
     single-threaded (blas_single_threaded): one wake-up per layer. Each product is
     the same BLAS routine on the same operands either way."""
     if (not blas_thread_counts() or _helpers() is None
-            or U.shape[1] * U.shape[2] * V.shape[1] < SPLIT_GEMMS_FROM):
-        np.matmul(V, U, out=M)
+            or U.shape[1] * U.shape[2] * V.shape[0] < SPLIT_GEMMS_FROM):
+        np.matmul(V.transpose(1, 0, 2), U, out=M.transpose(1, 0, 2))
         return
     with blas_single_threaded():
-        on_threads(lambda k0, k1: np.matmul(V[k0:k1], U[k0:k1], out=M[k0:k1]), U.shape[0])
+        on_threads(lambda k0, k1: np.matmul(V[:, k0:k1].transpose(1, 0, 2), U[k0:k1],
+                                              out=M[:, k0:k1].transpose(1, 0, 2)), U.shape[0])
 
 
 def _helpers():
