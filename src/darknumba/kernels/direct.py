@@ -6,9 +6,10 @@ Each parallel iteration takes a block of output rows. The forward copies the inp
 output rows need, every channel's, zero-padded and laid end to end, into a strip (small, in
 L1/L2), then, for four filters at a time, adds each kernel row's three taps
 ``w * strip[ic, ky * wp + kx:...]`` into four accumulator runs in one statement, all rows of
-the block in one loop (_taps4_flat). The weight gradient takes one row at a time (_fill_strip). With `contract` the multiply-adds are fused, in the
-k order (ic, ky, kx) of the weights' row, as a BLAS kernel sums them, so results match the
-GEMM path up to the rounding of that order.
+the block in one loop (_taps4_flat); the weight gradient fills a block of three input rows for
+each output row. With `contract` the multiply-adds are fused, in the k order (ic, ky, kx) of the
+weights' row, as a BLAS kernel sums them, so results match the GEMM path up to the rounding of
+that order.
 
 The same kernel computes the input gradient: it is the convolution of the output delta with
 the weights transposed (filters <-> channels) and rotated 180 degrees, with padding 2 - pad
@@ -29,19 +30,6 @@ ROWS_PER_TASK = 8   # output rows per parallel iteration (strip and accumulators
 # 32 -> 32 and 64 -> 64 layers there took 0.69-0.87x the time of row by row (batch 8: 0.73x);
 # the accumulators (4 x 1024 floats) stay in L1. 512 and 2048 measured no better
 FLAT_POSITIONS = 1024
-
-
-@njit(cache=True, inline="always")
-def _fill_strip(strip, x, b, c, h, w, y, size, pad):
-    """strip[ic, ky, :] = input row y + ky - pad of channel ic, zero-padded by `pad` columns on
-    each side (rows above or below the image stay zero)."""
-    strip[...] = 0.0
-    for ic in range(c):
-        for ky in range(size):
-            iy = y + ky - pad
-            if 0 <= iy < h:
-                base = ((b * c + ic) * h + iy) * w
-                strip[ic, ky, pad:pad + w] = x[base:base + w]
 
 
 @njit(cache=True, inline="always")
@@ -259,13 +247,14 @@ def conv3x3_direct_weight_grad_cpu(x, batch, c, h, w, delta, n, pad, weight_upda
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
     partial = np.zeros((tasks, n, K))
+    wp = w + 2 * pad
     for task in prange(tasks):
-        strip = np.empty((c, 3, w + 2 * pad), np.float32)
+        strip = np.empty((c, 3 * wp), np.float32)
         dw = partial[task]
         for by in range(task * ROWS_PER_TASK, min(rows, (task + 1) * ROWS_PER_TASK)):
             b = by // out_h
             y = by % out_h
-            _fill_strip(strip, x, b, c, h, w, y, 3, pad)
+            _fill_block(strip, x, b, c, h, w, y, 3, pad, wp)
             oc0 = 0
             while oc0 < n:
                 q_n = 4 if n - oc0 >= 4 else 1
@@ -278,7 +267,7 @@ def conv3x3_direct_weight_grad_cpu(x, batch, c, h, w, delta, n, pad, weight_upda
                 for ic in range(c):
                     for ky in range(3):
                         _dots4x3(dw, oc0, q_n, (ic * 3 + ky) * 3, d0, d1, d2, d3,
-                                 strip[ic, ky], out_w)
+                                 strip[ic, ky * wp:(ky + 1) * wp], out_w)
                 oc0 += q_n
     for i in range(n * K):
         acc = 0.0
