@@ -152,20 +152,21 @@ def test_check_can_fail(rng):
     assert not np.allclose(out, ref, rtol=0, atol=2e-5 * np.abs(ref).max())
 
 
-def input_gradient(x, wts, delta, dx, b, c, h, w, n, pad, flipped=None):
+def input_gradient(x, wts, delta, dx, b, c, h, w, n, pad):
     """backward_input_winograd on a stand-in layer: dx += the input gradient."""
     from darknumba.layers.conv_winograd import backward_input_winograd
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
     l = SimpleNamespace(batch=b, c=c, h=h, w=w, n=n, out_h=oh, out_w=ow, pad=pad, weights=wts,
-                        delta=delta, winograd_weights_flipped=flipped)
+                        delta=delta)
     backward_input_winograd(l, SimpleNamespace(delta=dx, scratch=None))
     return l
 
 
 @pytest.mark.parametrize("b,c,h,w,n,pad", [s for s in SHAPES if s[1] * s[4] * s[2] < 2000])
-def test_input_gradient_is_the_convolution_backward(rng, b, c, h, w, n, pad):
+def test_input_gradient_is_the_convolution_backward(rng, monkeypatch, b, c, h, w, n, pad):
     """dx += W^T delta folded back (the float64 loops of tests/naive), added to what dx held,
     nothing written outside it; a changed rotated filter is caught by the same check."""
+    import darknumba.layers.conv_winograd as cw
     x, wts = case(rng, b, c, h, w, n)
     oh, ow = h + 2 * pad - 2, w + 2 * pad - 2
     delta = rng.standard_normal(b * n * oh * ow).astype(np.float32)
@@ -177,10 +178,11 @@ def test_input_gradient_is_the_convolution_backward(rng, b, c, h, w, n, pad):
     assert guards_intact(big)
     scale = np.abs(ref).max()
     np.testing.assert_allclose(dx - before, ref, rtol=0, atol=2e-5 * scale)
-    wrong = l.winograd_weights_flipped.copy()
+    wrong = cw.transform_filters(l, cw.G_KRON, flip=True)
     wrong[7, n - 1, c - 1] += 0.05 * np.abs(wrong).max()
+    monkeypatch.setattr(cw, "transformed_flipped_weights", lambda l, net=None: wrong)
     dx[:] = before
-    input_gradient(x, wts, delta, dx, b, c, h, w, n, pad, flipped=wrong)
+    input_gradient(x, wts, delta, dx, b, c, h, w, n, pad)
     assert not np.allclose(dx - before, ref, rtol=0, atol=2e-5 * scale)
 
 
@@ -335,9 +337,15 @@ def test_training_winograd_within_1e4_of_exact(rng, tmp_path, bn):
         net.forward(x, train=True, truth=truth)
         dx[net] = np.zeros(x.size, np.float32)
         net.backward(dx[net])
-    assert [l.winograd_weights_flipped is not None for l in fast.layers[:4]] == \
+    fast.train = exact.train = True
+    assert [lf.forward_path(fast).startswith("winograd") for lf in fast.layers[:4]] == \
         [True, True, False, False]
-    assert all(l.winograd_weights_flipped is None for l in exact.layers[:4])
+    assert not any(le.forward_path(exact).startswith("winograd") for le in exact.layers[:4])
+    # in training the transformed filters live in the network's scratch, one layer's at a
+    # time, not on every layer (they change with every update)
+    assert "winograd_U" in fast.scratch._bufs and "winograd_U" not in exact.scratch._bufs
+    assert all(lf.winograd_weights is None and lf.winograd_weights_flipped is None
+               for lf in fast.layers[:4])
     for le, lf in zip(exact.layers[:4], fast.layers[:4]):
         for name in ("output", "delta", "weight_updates", "bias_updates"):
             assert rel_diff(getattr(lf, name), getattr(le, name)) < 1e-4, name

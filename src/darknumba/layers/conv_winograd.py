@@ -104,9 +104,14 @@ def winograd_tile(l, train=False) -> int:
     return 2 if not train and th * tw < WINOGRAD_F2_BELOW else 4
 
 
-def transformed_weights(l, m=4) -> np.ndarray:
+def transformed_weights(l, m=4, net=None) -> np.ndarray:
     """U = G g G^T for every channel and filter ((m + 2)^2 x c x n; G of F(m x m, 3x3)), made
-    once and kept on the layer (transform_filters)."""
+    once and kept on the layer (transform_filters). In training (`net` training) it is made
+    at each forward into the network's scratch instead: the weights change every update, and
+    kept on every layer, with the input gradient's, they held 8x the Winograd layers' weights
+    (yolov3's training peak 1.3 GB above the exact path's)."""
+    if net is not None and net.train:
+        return transform_filters(l, VARIANTS[m][0], out=_scratch_U(l, net, (m + 2) ** 2))
     U = getattr(l, "winograd_weights", None)
     if U is None or U.shape[0] != (m + 2) ** 2:
         U = transform_filters(l, VARIANTS[m][0])
@@ -114,9 +119,13 @@ def transformed_weights(l, m=4) -> np.ndarray:
     return U
 
 
-def transformed_flipped_weights(l) -> np.ndarray:
+def transformed_flipped_weights(l, net=None) -> np.ndarray:
     """The filters of the input gradient's convolution (each 3x3 filter rotated by 180 degrees,
-    input and output channels swapped), transformed as in transformed_weights: 36 x n x c."""
+    input and output channels swapped), transformed as in transformed_weights: 36 x n x c; with
+    `net`, into its scratch (the same buffer as the forward's: a backward pass needs no
+    forward filters)."""
+    if net is not None:
+        return transform_filters(l, G_KRON, flip=True, out=_scratch_U(l, net, 36))
     U = getattr(l, "winograd_weights_flipped", None)
     if U is None:
         U = transform_filters(l, G_KRON, flip=True)
@@ -124,18 +133,23 @@ def transformed_flipped_weights(l) -> np.ndarray:
     return U
 
 
-def transform_filters(l, kron, flip=False) -> np.ndarray:
+def _scratch_U(l, net, k2):
+    return scratch_of(net)("winograd_U", k2 * l.c * l.n)
+
+
+def transform_filters(l, kron, flip=False, out=None) -> np.ndarray:
     """kron(G, G) applied to every 3x3 filter of layer l: U (kron's rows x c x n), or flipped
     (the filters rotated by 180 degrees, the gradient's from delta channel f to input channel ic
-    being rot180(W[f, ic])) kron's rows x n x c; winograd_filters_cpu on_threads over U's rows.
-    A warm start makes them all (yolov3-tiny's seven took 0.20-0.28 s as float64 BLAS GEMMs,
-    ~0.05 s so), and training the flipped ones every step."""
+    being rot180(W[f, ic])) kron's rows x n x c; winograd_filters_cpu on_threads over U's rows,
+    into `out` (as many floats) when given. A warm start makes them all (yolov3-tiny's seven
+    took 0.20-0.28 s as float64 BLAS GEMMs, ~0.05 s so), and training every step."""
     n, c = l.n, l.c
     w = np.ascontiguousarray(l.weights[:n * c * 9], np.float32)
     if w.size != n * c * 9:
         raise ValueError(f"{n} filters of {c} x 3 x 3 need {n * c * 9} weights, "
                          f"the layer has {w.size}")
-    U = np.empty((kron.shape[0], n if flip else c, c if flip else n), np.float32)
+    shape = (kron.shape[0], n if flip else c, c if flip else n)
+    U = np.empty(shape, np.float32) if out is None else out.reshape(shape)
     on_threads(lambda o0, o1: winograd_filters_cpu(w, c, kron, flip, U, o0, o1), U.shape[1])
     return U
 
@@ -144,8 +158,9 @@ def forward_winograd(l, net):
     """l.output = conv(net.input) through F(4x4, 3x3) (at inference on small maps F(2x2, 3x3),
     winograd_tile), before the biases or batch norm."""
     m = winograd_tile(l, net.train)
-    _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, transformed_weights(l, m),
-                   l.output, l.out_h, l.out_w, accumulate=False, per_image=not net.train, m=m)
+    U = transformed_weights(l, m, net)
+    _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, U, l.output, l.out_h, l.out_w,
+                   accumulate=False, per_image=not net.train, m=m)
 
 
 def backward_input_winograd(l, net):
@@ -153,7 +168,7 @@ def backward_input_winograd(l, net):
     filters (transformed_flipped_weights) at padding 2 - pad, through F(4x4, 3x3). Darknet
     computes it as W^T @ delta folded back with col2im: the same sums in another order."""
     _winograd_conv(net, l.delta, l.batch, l.n, l.out_h, l.out_w, 2 - l.pad,
-                   transformed_flipped_weights(l), net.delta, l.h, l.w, accumulate=True,
+                   transformed_flipped_weights(l, net), net.delta, l.h, l.w, accumulate=True,
                    per_image=False)
 
 
