@@ -212,3 +212,11 @@ def test_warm_up_runs_while_the_first_images_decode(monkeypatch, items):
     assert events.count(("meanwhile",)) == 1
     if items:
         assert events[0] == ("decode", "a")
+
+
+def test_import_with_an_empty_argv():
+    """An embedding interpreter may leave sys.argv empty: the import works, nothing frozen."""
+    code = "import gc, sys; sys.argv = []; import darknumba; print(gc.get_freeze_count())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert out == ["0"]

@@ -30,7 +30,7 @@ finally:                    # also when an import fails: the collector as it was
         # until exit, so it is frozen out of later collections (their first passes over it
         # took 0.1-0.15 s of a warm `detect`). Imported as a library, the user's objects are
         # left to the collector as they were.
-        if _os.path.basename(getattr(_sys, "argv", [""])[0] or "") == "darknumba":
+        if _os.path.basename((getattr(_sys, "argv", None) or [""])[0] or "") == "darknumba":
             _gc.freeze()
         _gc.enable()
 

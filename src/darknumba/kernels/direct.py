@@ -136,6 +136,7 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
     wp = w + 2 * pad
     block = max(1, min(ROWS_PER_TASK, FLAT_POSITIONS // wp))
     for task in prange(tasks):
+        # + 2: the dropped positions past the block's last row read two floats beyond it
         strip = np.empty((c, (block + 2) * wp + 2), np.float32)
         acc = np.empty((4, block * wp), np.float32)
         by = task * ROWS_PER_TASK

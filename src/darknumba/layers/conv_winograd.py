@@ -119,18 +119,12 @@ def transformed_weights(l, m=4, net=None) -> np.ndarray:
     return U
 
 
-def transformed_flipped_weights(l, net=None) -> np.ndarray:
+def transformed_flipped_weights(l, net) -> np.ndarray:
     """The filters of the input gradient's convolution (each 3x3 filter rotated by 180 degrees,
-    input and output channels swapped), transformed as in transformed_weights: 36 x n x c; with
-    `net`, into its scratch (the same buffer as the forward's: a backward pass needs no
-    forward filters)."""
-    if net is not None:
-        return transform_filters(l, G_KRON, flip=True, out=_scratch_U(l, net, 36))
-    U = getattr(l, "winograd_weights_flipped", None)
-    if U is None:
-        U = transform_filters(l, G_KRON, flip=True)
-        l.winograd_weights_flipped = U
-    return U
+    input and output channels swapped), transformed as in transformed_weights: 36 x n x c,
+    made at each backward pass into the network's scratch (the same buffer as the training
+    forward's: a backward pass needs no forward filters)."""
+    return transform_filters(l, G_KRON, flip=True, out=_scratch_U(l, net, 36))
 
 
 def _scratch_U(l, net, k2):
@@ -220,8 +214,9 @@ def on_threads(work, n):
 
 
 def winograd_gemms(V, U, M):
-    """M[:, k] = V[:, k] @ U[k] for the 36 (16) k (V, M: tiles x k x channels). numpy's stacked matmul makes 36 BLAS calls, each of
-    which wakes OpenBLAS's worker threads and waits for them: cheap on idle cores, but when
+    """M[:, k] = V[:, k] @ U[k] for the 36 (16) k (V, M: tiles x k x channels). numpy's
+    stacked matmul makes 36 BLAS calls, each of which wakes OpenBLAS's worker threads and
+    waits for them: cheap on idle cores, but when
     other processes compete for the cores every one of those waits is long (measured on 2
     shared cores, medians per layer: 1.6-70x the time of what follows). Large GEMMs are
     instead dealt out, GEMMS_PER_TASK at a time, on_threads, each thread running BLAS

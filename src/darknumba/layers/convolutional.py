@@ -76,7 +76,6 @@ class ConvolutionalLayer(Layer):
     output_can_be_view = True
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
     winograd_weights = None       # 36 x c x n Winograd filters, made when first needed
-    winograd_weights_flipped = None   # 36 x n x c, those of the input gradient (training)
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
                  batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1, stride_y=None):
@@ -192,7 +191,7 @@ class ConvolutionalLayer(Layer):
         n = self.out_h * self.out_w
         cg = self.c // self.groups
         if net.train:
-            self.weights_changed()      # training changes them: the transform is made anew
+            self.weights_changed()      # training changes them: no inference transform kept
         path = self.forward_path(net)       # the one decision, also what `bench` prints
         if path == "direct":
             self._forward_direct(net)
@@ -390,7 +389,7 @@ class ConvolutionalLayer(Layer):
     def weights_changed(self):
         """Drop what was derived from the weights (the Winograd filters, conv_winograd.py):
         called by whatever writes them in place."""
-        self.winograd_weights = self.winograd_weights_flipped = None
+        self.winograd_weights = None
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):
