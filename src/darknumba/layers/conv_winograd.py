@@ -39,7 +39,7 @@ G2_KRON = np.kron(G2, G2)
 VARIANTS = {4: (G_KRON, winograd_input_cpu, winograd_output_cpu),
             2: (G2_KRON, winograd2_input_cpu, winograd2_output_cpu)}
 
-# Where Winograd pays, measured per layer in a network's sequence (sixth session, medians of
+# Where Winograd pays, measured per layer in a network's sequence (at a99f427, medians of
 # 40 forwards interleaved with the exact path, Winograd / exact time; the transforms channels
 # last, kernels/winograd.py): 0.47-0.73 on yolov3's, yolov4-tiny's and yolov3-tiny's 3x3 layers
 # from 64 channels at 26x26 to 104x104 (0.2-1.6 BFLOPs), 0.60-0.93 at 13x13 (4x4 tiles, the
@@ -59,7 +59,7 @@ WINOGRAD_MIN_CN = 20
 WINOGRAD_MIN_BFLOPS = 0.15
 # In training (batch 8) the exact path runs a chunk of images as one GEMM, and the input
 # gradient is a second Winograd convolution: there the 0.2-0.4 BFLOPs layers lost (yolov3-tiny's
-# and yolov4-tiny's training steps 1.23-1.28x longer with them than without, sixth session), so
+# and yolov4-tiny's training steps 1.23-1.28x longer with them than without, at a99f427), so
 # training keeps the earlier thresholds: 0.6 BFLOPs from 26x26 (49 tiles) on
 TRAIN_MIN_BFLOPS = 0.6
 TRAIN_MIN_TILES = 49
