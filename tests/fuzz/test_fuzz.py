@@ -29,7 +29,7 @@ CI_COUNTS = {"cfg": 35, "weights": 25, "images": 25, "labels": 25, "options": 30
 JOBS = int(os.environ.get("DARKNUMBA_FUZZ_JOBS", "2"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def fix(tmp_path_factory):
     return fuzz_fixtures.build(tmp_path_factory.mktemp("fuzz-fixtures"))
 
