@@ -82,3 +82,15 @@ def calc_anchors(boxes_wh: np.ndarray, classes: np.ndarray, num_classes: int,
     counts = np.bincount(np.asarray(classes, np.int64), minlength=num_classes)
     return Anchors(centres, float(100 * best[ok].sum() / len(px)), rounds,
                    [int(c) for c in counts], len(px))
+
+
+def training_boxes(data, log=None):
+    """(DataConfig, image paths, boxes (n, 5): x, y, w, h relative, class) of every label line
+    of the .data file's training images; images without a usable label file are skipped, each
+    problem reported through `log` (default: stderr)."""
+    from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
+    dc = read_data_cfg(data)
+    ds = DetectionDataset(get_paths(dc.resolve(dc.train)), dc.classes,
+                          DataIssues("skip", log=log))
+    boxes = np.concatenate([b for b in ds.boxes if len(b)] or [np.zeros((0, 5), np.float32)])
+    return dc, ds.paths, boxes
