@@ -26,6 +26,7 @@ import warnings
 from dataclasses import dataclass, field
 
 from .errors import CfgError, CfgWarning
+from .inputs import MAX_CFG, read_bytes
 
 _MISSING = object()
 C_INT_MAX = 2 ** 31 - 1
@@ -187,11 +188,7 @@ def read_cfg(path: str | os.PathLike) -> list[Section]:
     """The sections of a cfg file: UTF-8 (a byte-order mark skipped), else a CfgError naming
     the first byte that is not."""
     path = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as e:
-        raise CfgError(f"{path}: cannot read cfg file: {e.strerror}") from None
+    data = read_bytes(path, "cfg file", CfgError, MAX_CFG)     # a regular file, not /dev/zero
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..errors import DarknumbaError
 from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
+from .npz import check_layers, read_npz
 from .replay import final_delta, replay
 from .report import Report
 from .roundoff import LayerBounds
@@ -260,12 +261,7 @@ def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
     """darknumba vs tensors recorded in an .npz (golden layout, with its input, truth and
     manifest_json/run_json saying the run mode and batch)."""
     npz = Path(npz)
-    if not npz.is_file():
-        raise DarknumbaError(f"--npz {npz}: file not found")
-    with np.load(npz) as data:
-        ref = {k: data[k] for k in data.files}
-    manifest = json.loads(str(ref.pop("manifest_json", "{}")))
-    run = json.loads(str(ref.pop("run_json", "{}")))
+    ref, manifest, run = read_npz(npz)
     mode = run.get("mode") or manifest.get("mode") or "forward_test"
     if mode == "detect":
         mode = "forward_test"
@@ -276,10 +272,14 @@ def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
     batch = manifest.get("net", {}).get("batch") or run.get("batch")
     dialect = run.get("dialect", "pjreddie")
     net = _load(cfg, weights, batch, perturb, log, dialect)
+    check_layers(npz, manifest, net.n)
     truth = ref.get("truth") if mode != "forward_test" else None
+    if truth is not None:
+        truth = _fit(truth.astype(np.float32).reshape(-1), net.truths, net.batch, npz, "truth")
     if mode == "forward_test":      # test mode computes no cost
         ref = {k: v for k, v in ref.items() if not k.endswith("cost")}
-    ours = run_darknumba(net, mode, _fit(ref["input"], net.inputs, net.batch, npz, "input"), truth)
+    x = _fit(ref["input"].astype(np.float32).reshape(-1), net.inputs, net.batch, npz, "input")
+    ours = run_darknumba(net, mode, x, truth)
     steps = run.get("steps") or [{}]
     ref_run = {**steps[0], **{k: v for k, v in run.items() if k != "steps"}}
     ref_run.setdefault("seen_after", None)
