@@ -112,13 +112,22 @@ def read_list(path, what: str = "list") -> list[str]:
     return [ln.strip() for ln in read_text(path, what, DataError).splitlines() if ln.strip()]
 
 
-def get_paths(list_path, base: str | None = None) -> list[str]:
+class ImageList(list):
+    """The image paths of a list file, which it names (`source`): errors about its images (no
+    usable one) name the file too."""
+    source: str | None = None
+
+
+def get_paths(list_path, base: str | None = None) -> ImageList:
     """The images of a list file; a relative entry that does not exist from the working
     directory is tried relative to the list's folder."""
     paths = read_list(list_path, what="image list")
     if base is None:
         base = os.path.dirname(os.path.abspath(list_path))
-    return [p if os.path.isabs(p) or os.path.exists(p) else os.path.join(base, p) for p in paths]
+    out = ImageList(p if os.path.isabs(p) or os.path.exists(p) else os.path.join(base, p)
+                    for p in paths)
+    out.source = os.fspath(list_path)
+    return out
 
 
 # -- labels --------------------------------------------------------------------------------------
@@ -200,15 +209,14 @@ class DataIssues:
 def parse_label_file(path: str, classes: int, issues: DataIssues, image: str | None = None):
     """read_boxes with checks: each line `class x y w h` (relative). Returns an (n, 5) float32
     array [x, y, w, h, class], or None if the file has a problem (reported to `issues`)."""
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except FileNotFoundError:
+    if not os.path.exists(path):
         issues.report("missing-label", path, None, "label file not found "
                       f"(looked for it by Darknet's rule from {image})", image)
         return None
-    except (OSError, UnicodeDecodeError) as e:
-        issues.report("unreadable-label", path, None, f"cannot read label file: {e}", image)
+    try:                                # a FIFO or a device is refused, not opened
+        lines = read_text(path, "label file", DataError).splitlines()
+    except DataError as e:
+        issues.report("unreadable-label", path, None, str(e).removeprefix(f"{path}: "), image)
         return None
     boxes = []
     for lineno, line in enumerate(lines, 1):
@@ -267,7 +275,9 @@ class DetectionDataset:
             self.paths.append(p)
             self.boxes.append(b)
         if not self.paths:
-            raise DataError(f"no usable images ({self.issues.summary()})")
+            source = getattr(paths, "source", None)
+            why = "the list names none" if not paths else self.issues.summary()
+            raise DataError(f"{source + ': ' if source else ''}no usable images ({why})")
 
     def __len__(self):
         return len(self.paths)
