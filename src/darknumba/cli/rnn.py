@@ -96,10 +96,12 @@ def valid(cfg: CfgArg,
           dialect: DialectOption = None):
     """How well the network predicts TEXT (Darknet's `rnn valid`): after every character,
     `n BPC: bits per character   Perplexity: p    Word Perplexity: w` (alexeyab: without BPC)."""
+    from ..errors import DataError
+    from ..inputs import read_bytes
     from ..train.rnn import generation_network, valid_char_rnn
     net = generation_network(cfg, weights, dialect)
     _log(os.path.splitext(cfg.name)[0], file=sys.stderr)
-    data = text.read_bytes() if text is not None else sys.stdin.buffer.read()
+    data = read_bytes(text, "text file", DataError) if text is not None else sys.stdin.buffer.read()
     line = None
     for count, bpc, ppl, wppl in valid_char_rnn(net, os.fsencode(seed), data):
         line = (f"{count} " + ("" if net.dialect == "alexeyab" else f"BPC: {bpc:4.4f}   ")

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import CfgError, DarknumbaError, DataError
+from ..inputs import MAX_TEXT, read_bytes
 from ..parser import load_network
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
@@ -62,9 +63,8 @@ class RnnTrainOptions:
 def read_text(path) -> np.ndarray:
     """The bytes of a text file. pjreddie's Darknet reads it as a C string (the text ends at
     the first NUL byte), AlexeyAB's stops at a NUL with "Bad char": a NUL or an empty file is
-    refused here, naming the file."""
-    with open(path, "rb") as f:
-        data = f.read()
+    refused here, naming the file (as is a file that is not a regular one: inputs.py)."""
+    data = read_bytes(path, "text file", DataError, MAX_TEXT)
     if not data:
         raise DataError(f"{os.fspath(path)}: the text file is empty (nothing to learn from)")
     text = np.frombuffer(data, dtype=np.uint8)
@@ -237,4 +237,10 @@ def valid_char_rnn(net, seed: bytes, text: bytes):
         p = float(net.forward(x)[nxt])
         x[c] = 0.0
         bits += math.log2(p) if p > 0 else -math.inf
-        yield count, -bits / count, 2.0 ** (-bits / count), 2.0 ** (-bits / words)
+        yield count, -bits / count, _exp2(-bits / count), _exp2(-bits / words)
+
+
+def _exp2(x: float) -> float:
+    """2 ** x, inf past float64's range (a long run of text without a space, badly predicted,
+    makes the word perplexity's exponent large) instead of Python's OverflowError."""
+    return 2.0 ** x if x < 1024 else math.inf
