@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import os
 
-# world size and ranks on this machine, as MPICH / Intel MPI (hydra) and Open MPI export them
-SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE")
+# world size and ranks on this machine, as MPICH / Intel MPI (hydra), Open MPI and MVAPICH
+# export them
+SIZE_VARS = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
 LOCAL_SIZE_VARS = ("MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE")
 # the thread pools N ranks on one machine must share: numba's, OpenMP's and the BLAS libraries'
 THREAD_VARS = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+# The commands whose ranks under a launcher train one network together (train/data_parallel.py).
+# Any other command would run once per rank, each writing the same files: refused (cli.run).
+DATA_PARALLEL_COMMANDS = ("detector train", "classifier train")
 
 
 def _int_env(names) -> int | None:

@@ -31,6 +31,7 @@ except ImportError:
 
 from ..cache_loads import skip_refresh_on_cache_loads
 from ..errors import DarknumbaError
+from ..launcher import DATA_PARALLEL_COMMANDS, launched_ranks
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 3, 130   # usage: click's 2
 
@@ -86,6 +87,39 @@ def _narrowed(typer_app: typer.Typer, args: list[str]) -> typer.Typer:
     return narrow
 
 
+def _command_path(typer_app: typer.Typer, args: list[str]) -> tuple[list[str], bool]:
+    """The command and subcommand names `args` start with, and whether they name a command
+    (not only a group)."""
+    path = []
+    for name in (a for a in args if a != "--debug"):
+        if name.startswith("-"):
+            break
+        groups = [g for g in typer_app.registered_groups if g.name == name]
+        if groups:
+            path.append(name)
+            typer_app = groups[0].typer_instance
+            continue
+        found = any(_command_name(c) == name for c in typer_app.registered_commands)
+        return path + [name] * found, found
+    return path, False
+
+
+def _not_data_parallel(args: list[str]) -> str | None:
+    """Why the command `args` name may not run here: under a launcher with more than one rank
+    only the data-parallel commands run (launcher.DATA_PARALLEL_COMMANDS); the others would
+    run once per rank side by side, writing the same files."""
+    ranks = launched_ranks()
+    if ranks <= 1 or "--help" in args:
+        return None
+    path, command = _command_path(app, args)
+    name = " ".join(path)
+    if not command or name in DATA_PARALLEL_COMMANDS:
+        return None
+    return (f"`darknumba {name}` is not data-parallel: started by mpirun with {ranks} ranks it "
+            f"would run {ranks} times side by side; run it as one process (without mpirun). "
+            f"Data-parallel: {', '.join(DATA_PARALLEL_COMMANDS)}")
+
+
 def _one_line(text: str) -> str:
     return " ".join(str(text).split())
 
@@ -128,6 +162,10 @@ def run(args: list[str] | None = None) -> int:
     _state["debug"] = os.environ.get("DARKNUMBA_DEBUG", "") not in ("", "0")
     try:
         argv = sys.argv[1:] if args is None else list(args)
+        refused = _not_data_parallel(argv)
+        if refused:
+            print(f"darknumba: error: {refused}", file=sys.stderr)
+            return 2                           # a usage error, as click's
         code = _narrowed(app, argv)(args=argv, prog_name="darknumba", standalone_mode=False)
         return code if isinstance(code, int) else EXIT_OK
     except ClickException as e:                # usage errors: exit_code 2

@@ -30,6 +30,7 @@ from ..vision.image import letterbox_image, load_image, resize_image
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
 from .history import Progress, TrainingHistory
+from .lock import holds_backup_lock, lock_backup
 
 
 # -- the .data file and labels -----------------------------------------------------------------
@@ -234,6 +235,7 @@ class _BatchLoader:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+@holds_backup_lock
 def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = None, log=print):
     """train_classifier for one process on the CPU. Returns what happened (iterations, last
     loss and average, files written, interrupted)."""
@@ -254,6 +256,7 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
                              f"and height={net.h} differ")
     base = os.path.splitext(os.path.basename(cfgfile))[0]
     backup = opts.backup or dc.backup or "backup/"
+    lock_backup(backup, log, par.is_root)      # one training per folder (lock.py)
     os.makedirs(backup, exist_ok=True)
     remove_stale_temps(backup, log=lambda m: log(m, file=sys.stderr))
     imgs = net.batch * net.subdivisions

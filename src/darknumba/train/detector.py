@@ -29,6 +29,7 @@ from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
                        iteration_line, refuse_dynamic_minibatch)
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .history import Progress, TrainingHistory
+from .lock import holds_backup_lock, lock_backup
 
 
 class TrainingStopped(DarknumbaError):
@@ -222,6 +223,7 @@ def dialect_rules(net, dc, opts: TrainOptions, start: int, log):
             Ema(net) if net.ema_alpha else None)
 
 
+@holds_backup_lock
 def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print):
     """train_detector for one process on the CPU. Returns a dict of what happened: iterations
     run, the last loss/avg loss, the files written, and whether it was interrupted."""
@@ -233,6 +235,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         raise DarknumbaError(f"{datacfg}: no `train` list")
     base = os.path.splitext(os.path.basename(cfgfile))[0]
     backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
+    lock_backup(backup_dir, log, getattr(opts.parallel, "is_root", True))    # lock.py
     os.makedirs(backup_dir, exist_ok=True)
     remove_stale_temps(backup_dir, log=lambda m: log(m, file=sys.stderr))
 

@@ -28,6 +28,7 @@ from ..inputs import MAX_TEXT, read_bytes
 from ..parser import load_network
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
+from .lock import holds_backup_lock, lock_backup
 
 CHARACTERS = 256        # one input (and one output) per byte value
 MIN_PROB = 0.0001       # generation ignores outputs below this, as Darknet does
@@ -102,6 +103,7 @@ def check_char_network(net, cfgfile):
                        f"[softmax] needs output={CHARACTERS})")
 
 
+@holds_backup_lock
 def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=print):
     """train_char_rnn: Darknet's loop and printout (`i: loss, avg avg, rate rate, seconds,
     epochs`; loss is the network's cost over batch = streams x time_steps), checkpoints
@@ -110,6 +112,7 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
     (Ctrl-C: <cfg>.backup, then stop). Returns what happened."""
     opts = opts or RnnTrainOptions()
     text = read_text(textfile)
+    lock_backup(opts.backup, log)      # one training per folder (lock.py)
     size = text.size
     base = os.path.splitext(os.path.basename(os.fspath(cfgfile)))[0]
     net = training_network(os.fspath(cfgfile), opts, log)
