@@ -36,6 +36,7 @@ def train(cfg: CfgArg,
           checkpoint_every: Annotated[Optional[int], typer.Option(min=1, help="<cfg>_<i>.weights every N iterations (default 10000; alexeyab: 1000)")] = None,
           backup_every: Annotated[Optional[int], typer.Option(min=1, help="<cfg>.backup every N iterations (default 100; alexeyab: 10)")] = None,
           log_every: Annotated[int, typer.Option(min=1, help="print a line every N iterations")] = 1,
+          progress: Annotated[bool, typer.Option(help="progress bar with ETA (drawn only when stdout and stderr are terminals)")] = True,
           dialect: DialectOption = None):
     """Train on TEXT one byte at a time (Darknet's `rnn train`): prints `i: loss, avg avg, rate
     rate, seconds, epochs`; writes <cfg>_<i>.weights, <cfg>.backup and <cfg>_final.weights in
@@ -52,7 +53,7 @@ def train(cfg: CfgArg,
     opts = RnnTrainOptions(weights=str(weights) if weights else None, clear=clear,
                            seed=seed, backup=str(backup), max_batches=max_batches,
                            checkpoint_every=checkpoint_every, backup_every=backup_every,
-                           log_every=log_every, dialect=dialect)
+                           log_every=log_every, progress=progress, dialect=dialect)
     result = train_char_rnn(str(cfg), str(text), opts, _log)
     if result["interrupted"]:
         raise typer.Exit(130)

@@ -10,7 +10,8 @@ classifier training alike:
                      (a run killed after its last checkpoint wrote them); a fresh run (k = 0)
                      starts the file anew.
   chart.png          loss, average loss and mAP (AlexeyAB's chart) of the whole history.
-  the progress bar   Darknet's per-iteration lines on stdout above a tqdm bar with ETA.
+  the progress bar   Darknet's per-iteration lines on stdout above a tqdm bar with ETA (on a
+                     terminal; to a file or pipe: the lines alone, repeated ones once).
 """
 from __future__ import annotations
 
@@ -164,26 +165,45 @@ class LossChart:
         plt.close(fig)
         atomic_write(self.path, buf.getvalue())
 
+def is_terminal(stream) -> bool:
+    """Whether `stream` is an interactive terminal (False for files, pipes, captured output)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):        # no isatty, or closed
+        return False
+
+
 
 class Progress:
-    """Darknet's lines on stdout above a tqdm bar (stderr) with the ETA to max_batches; with
-    the bar off, the lines go through `log`."""
+    """Darknet's lines on stdout above a tqdm bar (stderr) with the ETA to max_batches.
+
+    The bar is drawn only when it is `enabled` and stdout and stderr are both terminals; with
+    it off the lines go through `log`. When stdout is not a terminal (a file, a pipe, a log
+    collector) a line that the step before also had (AlexeyAB's "(next mAP calculation at N
+    iterations)" and "Last accuracy mAP@0.50 = ..." before every iteration's line) is printed
+    only when it changes."""
 
     def __init__(self, total: int, initial: int, enabled: bool, log=print):
         self.log = log
         self.bar = None
-        if enabled:
+        self.quiet_repeats = not is_terminal(sys.stdout)
+        self.previous: set[str] = set()
+        if enabled and is_terminal(sys.stdout) and is_terminal(sys.stderr):
             from tqdm import tqdm
             self.bar = tqdm(total=total, initial=initial, unit="it", dynamic_ncols=True,
                             file=sys.stderr, leave=False)
 
     def step(self, lines: list[str], loss: float, avg_loss: float):
         """One iteration done: print its lines, move the bar."""
+        shown = lines
+        if self.quiet_repeats:
+            shown = [t for t in lines if t not in self.previous]
+            self.previous = set(lines)
         if self.bar is None:
-            for text in lines:
+            for text in shown:
                 self.log(text)
             return
-        for text in lines:
+        for text in shown:
             self.bar.write(text, file=sys.stdout)
         self.bar.update(1)
         self.bar.set_postfix(loss=f"{loss:.3f}", avg=f"{avg_loss:.3f}")

@@ -28,6 +28,7 @@ from ..inputs import MAX_TEXT, read_bytes
 from ..parser import load_network
 from .checkpoint import remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
+from .history import Progress
 from .lock import holds_backup_lock, lock_backup
 
 CHARACTERS = 256        # one input (and one output) per byte value
@@ -55,6 +56,7 @@ class RnnTrainOptions:
     checkpoint_every: int | None = None  # <cfg>_<i>.weights every N data (None: the dialect's)
     backup_every: int | None = None      # <cfg>.backup every N data (None: the dialect's)
     log_every: int = 1              # print a line every N data
+    progress: bool = True           # a progress bar with ETA (on a terminal; history.Progress)
     dialect: str | None = None      # None: chosen from the cfg and weights
     partial: bool = False           # training_network's options that this workflow keeps fixed
     compat: str | None = None
@@ -148,27 +150,31 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
     offsets = rng.integers(0, size, streams)
     i = net.seen // net.batch
     avg_loss, loss, interrupted = -1.0, math.nan, False
-    with StopFlag() as stop:
-        while net.current_batch() < net.max_batches:
-            i += 1
-            t0 = time.time()
-            x, y = get_rnn_data(text, offsets, CHARACTERS, streams, steps)
-            loss = net.train_datum(x, y) / net.batch
-            avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
-            if i % opts.log_every == 0:
+    bar = Progress(net.max_batches, net.current_batch(), opts.progress, log)
+    try:
+        with StopFlag() as stop:
+            while net.current_batch() < net.max_batches:
+                i += 1
+                t0 = time.time()
+                x, y = get_rnn_data(text, offsets, CHARACTERS, streams, steps)
+                loss = net.train_datum(x, y) / net.batch
+                avg_loss = loss if avg_loss < 0 else avg_loss * 0.9 + loss * 0.1
                 chars = net.current_batch() * net.batch
-                log(f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
-                    f"{time.time() - t0:f} seconds, {chars / size:f} epochs")
-            for j in np.flatnonzero(rng.integers(0, rules.reset_odds, streams) == 0):
-                offsets[j] = rng.integers(0, size)
-                net.reset_state(int(j))
-            if i % checkpoint_every == 0:
-                save(f"{base}_{i}.weights")
-            if i % backup_every == 0:
-                save(f"{base}.backup")
-            if stop.set:
-                interrupted = True
-                break
+                line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
+                        f"{time.time() - t0:f} seconds, {chars / size:f} epochs")
+                bar.step([line] if i % opts.log_every == 0 else [], loss, avg_loss)
+                for j in np.flatnonzero(rng.integers(0, rules.reset_odds, streams) == 0):
+                    offsets[j] = rng.integers(0, size)
+                    net.reset_state(int(j))
+                if i % checkpoint_every == 0:
+                    save(f"{base}_{i}.weights")
+                if i % backup_every == 0:
+                    save(f"{base}.backup")
+                if stop.set:
+                    interrupted = True
+                    break
+    finally:
+        bar.close()
     save(f"{base}.backup" if interrupted else f"{base}_final.weights")
     return {"iterations": i, "loss": loss, "avg_loss": avg_loss, "written": written,
             "interrupted": interrupted, "net": net}
