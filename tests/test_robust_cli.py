@@ -318,29 +318,16 @@ def test_disk_full_during_a_checkpoint_is_one_line_and_keeps_the_previous(world,
     import errno
     import os
 
-    import darknumba.weights
-    real_fdopen, writes = os.fdopen, []
+    import darknumba.outputs
+    real_write, writes = os.write, []
 
-    class FullDisk:
-        def __init__(self, f):
-            self.f = f
-
-        def __enter__(self):
-            return self
-
-        def __exit__(self, *exc):
-            self.f.close()
-
-        def write(self, data):
+    def write(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("-c3.backup"):     # a checkpoint
             writes.append(len(data))
             if len(writes) >= 2:                # the second checkpoint finds the disk full
                 raise OSError(errno.ENOSPC, "No space left on device")
-            return self.f.write(data)
-
-        def __getattr__(self, name):
-            return getattr(self.f, name)
-    monkeypatch.setattr(darknumba.weights.os, "fdopen",
-                        lambda fd, mode: FullDisk(real_fdopen(fd, mode)))
+        return real_write(fd, data)
+    monkeypatch.setattr(darknumba.outputs.os, "write", write)
     backup = tmp_path / "b"
     code, _, err = call(capsys, "detector", "train", world["data"], world["nets"][3][0],
                         "--max-batches", "3", "--backup-every", "1", "--checkpoint-every", "1000",
@@ -358,10 +345,14 @@ def test_temporary_name_pattern_matches_atomic_write(tmp_path):
     import os
     import tempfile
 
+    from darknumba.outputs import PendingFile
     from darknumba.train.checkpoint import TEMP_NAME
-    from darknumba.weights import TEMP_PREFIX, TEMP_SUFFIX
-    for _ in range(20):
-        fd, name = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=tmp_path)
+    for name in ("c3.backup", "c3_history.csv", "chart.png", "x" * 255):
+        pending = PendingFile(tmp_path / name)
+        assert TEMP_NAME.fullmatch(os.path.basename(pending.tmp)), pending.tmp
+        pending.discard()
+    for _ in range(20):             # written by atomic_write up to 2026-12-03
+        fd, name = tempfile.mkstemp(prefix=".tmp-", suffix=".weights", dir=tmp_path)
         os.close(fd)
         assert TEMP_NAME.fullmatch(name.rsplit("/", 1)[1]), name
 

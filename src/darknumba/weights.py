@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 from dataclasses import dataclass
 
 import numpy as np
 
 from .errors import WeightsError
+from .outputs import TEMP_PREFIX, atomic_write  # noqa: F401  (re-exported)
 
 
 def _records(net, l):
@@ -224,28 +224,6 @@ def weights_bytes(net, cutoff: int | None = None) -> bytes:
         for _, arr in l.weight_records():
             parts.append(np.ascontiguousarray(arr, dtype="<f4").tobytes())
     return b"".join(parts)
-
-
-TEMP_PREFIX, TEMP_SUFFIX = ".tmp-", ".weights"     # atomic_write's temporary files
-
-
-def atomic_write(path, data: bytes):
-    """Write to a temporary file beside `path`, then rename: a crash never leaves half a file."""
-    path = os.fspath(path)
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=TEMP_PREFIX, suffix=TEMP_SUFFIX, dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_weights(net, path, cutoff: int | None = None):

@@ -6,6 +6,7 @@ One contract for every command, kept here in `run` and nowhere else:
   1  bad input: a DarknumbaError (cfg, weights, data, image ...) or an operating-system error on
      a user's file (missing, unreadable, disk full), printed as one line naming what and where
   2  usage: an unknown option, a missing argument, a value of the wrong type (typer's message)
+     or an output that is one of the inputs (errors.UsageError, one line)
   3  internal error: a bug in darknumba; one line says so and how to report it
   130 interrupted (Ctrl-C; training saves a checkpoint first)
 `--debug` (or DARKNUMBA_DEBUG=1) prints the traceback as well.
@@ -30,10 +31,10 @@ except ImportError:
     from click.exceptions import ClickException
 
 from ..cache_loads import skip_refresh_on_cache_loads
-from ..errors import DarknumbaError
+from ..errors import DarknumbaError, UsageError
 from ..launcher import DATA_PARALLEL_COMMANDS, launched_ranks
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 3, 130   # usage: click's 2
+EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_enable=False,
@@ -177,7 +178,8 @@ def run(args: list[str] | None = None) -> int:
         print("darknumba: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except DarknumbaError as e:
-        return _error(EXIT_BAD_INPUT, f"error: {_one_line(e)}", e)
+        code = EXIT_USAGE if isinstance(e, UsageError) else EXIT_BAD_INPUT
+        return _error(code, f"error: {_one_line(e)}", e)
     except OSError as e:
         if e.errno == errno.EPIPE:             # `darknumba ... | head`: stop quietly
             _silence_broken_pipe()

@@ -1,4 +1,4 @@
-"""Checkpoints during training: written atomically (weights.atomic_write: a temporary file
+"""Checkpoints during training: written atomically (outputs.atomic_write: a temporary file
 beside the target, then a rename), with the two ways that can still go wrong handled.
 
 - A process killed in the middle of a write leaves its temporary file behind. A run starting
@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import time
 
 from ..errors import DarknumbaError
-from ..weights import TEMP_PREFIX, TEMP_SUFFIX, save_weights
+from ..outputs import TEMP_NAME
+from ..weights import save_weights
 
 STARTED = time.time()       # when this process imported the training code
-# tempfile.mkstemp's names: the prefix, 8 characters from its alphabet, the suffix
-TEMP_NAME = re.compile(re.escape(TEMP_PREFIX) + r"[a-z0-9_]{8}" + re.escape(TEMP_SUFFIX))
 
 
 class CheckpointError(DarknumbaError):

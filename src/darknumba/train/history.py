@@ -3,7 +3,7 @@ classifier training alike:
 
   <cfg>_history.csv  one row per iteration: iteration, loss, avg_loss, rate, images, map (empty
                      when not measured), seconds (wall-clock seconds of training up to that
-                     iteration, summed over resumed runs). Rows are buffered and appended
+                     iteration, summed over resumed runs). Rows are buffered and written
                      when a checkpoint is written (and at the end), so the file never runs
                      ahead of the checkpoints by more than a crash loses anyway. A run that
                      resumes at iteration k keeps the rows up to k and drops the later ones
@@ -21,7 +21,7 @@ import os
 import sys
 import time
 
-from ..weights import atomic_write
+from ..outputs import atomic_write
 
 COLUMNS = ("iteration", "loss", "avg_loss", "rate", "images", "map", "seconds")
 HEADER = ",".join(COLUMNS) + "\n"
@@ -108,12 +108,11 @@ class TrainingHistory:
                 return
 
     def flush(self):
-        """Append the buffered rows (append mode: a crash never loses what is written)."""
+        """Write the file anew with every row (through a temporary file and a rename: a crash
+        or a full disk leaves the previous file whole)."""
         if not self.enabled or not self.pending:
             return
-        new = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write((HEADER if new else "") + "".join(map(format_row, self.pending)))
+        atomic_write(self.path, (HEADER + "".join(map(format_row, self.rows))).encode())
         self.pending.clear()
 
     def draw(self):
