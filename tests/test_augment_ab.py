@@ -4,6 +4,7 @@ pixel operations against OpenCV / colorsys, and images that keep their truths on
 through mosaic, letter_box, flip and mixup."""
 import colorsys
 
+import cv2
 import numpy as np
 import pytest
 
@@ -171,7 +172,6 @@ def test_mosaic_shifts_and_paste_by_hand():
 
 # -- pixels ------------------------------------------------------------------------------------
 def test_crop_resize_matches_opencv():
-    cv2 = pytest.importorskip("cv2")
     im = RNG(1).random((3, 37, 53)).astype(np.float32)
     fill = im.reshape(3, -1).mean(axis=1).astype(np.float32)
     for pleft, ptop, sw, sh, w, h in [(0, 0, 53, 37, 64, 48), (-7, 5, 70, 25, 32, 32),
@@ -189,7 +189,6 @@ def test_crop_resize_matches_opencv():
 
 
 def test_gaussian_blur_matches_opencv():
-    cv2 = pytest.importorskip("cv2")
     im = RNG(2).random((3, 40, 50)).astype(np.float32)
     for k in (3, 5, 9, 17):
         ref = cv2.GaussianBlur(im.transpose(1, 2, 0), (k, k), 0).transpose(2, 0, 1)

@@ -107,7 +107,7 @@ def test_summary_matches_darknets_printout():
     ours = net.summary().splitlines()
     assert ours[:net.n + 1] == printed[start:start + net.n + 1]
     tiny = golden_dir("yolov3-tiny-detect")
-    net = dn.parse_network_cfg(tiny / "yolov3-tiny.cfg", batch=1)
+    net = dn.parse_network_cfg(ROOT / "cfg" / "yolov3-tiny.cfg", batch=1)     # darknet's network
     printed = (tiny / "dog" / "stderr.txt").read_text().splitlines()
     start = printed.index("layer     filters    size              input                output")
     assert net.summary().splitlines()[:net.n + 1] == printed[start:start + net.n + 1]

@@ -9,12 +9,11 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
+
 from darknumba.train.cocoeval import STAT_NAMES, coco_evaluate
 from darknumba.train.evaluate import box_iou, compute_map
-
-pytest.importorskip("pycocotools", reason="pycocotools is not installed (pip install darknumba[test])")
-from pycocotools.coco import COCO  # noqa: E402
-from pycocotools.cocoeval import COCOeval  # noqa: E402
 
 
 def pycocotools_eval(dets, truths, classes, sizes, crowd=None):

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, darknet_ab_dir, golden_dir, tiny_weights
+from conftest import (ROOT, darknet_ab_dir, darknet_photo, golden_dir, official_weights,
+                      tiny_weights, v4tiny_weights)
 from typer.testing import CliRunner
 
 import darknumba as dn
@@ -214,9 +215,7 @@ def tiny_dog(tmp_path_factory):
     """yolov3-tiny + official weights on dog.jpg, compared once (with --dump) for the tests below."""
     dk = darknet_dir()
     weights = tiny_weights()
-    dog = DATA / "dog.jpg"
-    if not dog.exists():
-        pytest.skip(f"{dog} not found")
+    dog = darknet_photo("dog.jpg")
     dump = tmp_path_factory.mktemp("dump")
     args = ["--darknet", dk, ROOT / "cfg" / "yolov3-tiny.cfg", weights, dog]
     return args, cli(*args, "--dump", dump), dump
@@ -350,7 +349,7 @@ def realistic_random_weights(cfg, path, seed=0):
     from darknumba.vision.image import letterbox_image, load_image_color
     net = dn.load_network(cfg, batch=1)
     rng = np.random.default_rng(seed)
-    net.input = letterbox_image(load_image_color(DATA / "dog.jpg"), net.w, net.h).reshape(-1)
+    net.input = letterbox_image(load_image_color(darknet_photo("dog.jpg")), net.w, net.h).reshape(-1)
     net.train, net.truth = True, None
     for i, l in enumerate(net.layers):       # layer by layer, each normalised by its own stats
         net.index = i
@@ -367,13 +366,14 @@ def realistic_random_weights(cfg, path, seed=0):
 
 @pytest.fixture(scope="module")
 def yolov2_tiny_weights(tmp_path_factory):
+    darknet_dir()                           # the weights serve the runs against C alone
     return realistic_random_weights(ROOT / "cfg" / "yolov2-tiny.cfg",
                                     tmp_path_factory.mktemp("w") / "yolov2-tiny-random.weights")
 
 
 def train_dog(cfg, weights, *extra):
     dk = darknet_dir()
-    r = cli("--darknet", dk, cfg, weights, DATA / "dog.jpg", "--train", "--truth", LABELS,
+    r = cli("--darknet", dk, cfg, weights, darknet_photo("dog.jpg"), "--train", "--truth", LABELS,
             "--batch", "1", "--json", *extra)
     return r, json.loads(r.stdout[r.stdout.index("{"):])
 
@@ -415,7 +415,7 @@ def test_darknet_yolov2_tiny_perturbed_names_layer_forward_and_train(yolov2_tiny
     cfg = ROOT / "cfg" / "yolov2-tiny.cfg"
     r, report = train_dog(cfg, yolov2_tiny_weights, "--perturb", "8:10")
     assert r.exit_code == 1 and report["first_failure"]["layer"] == 8
-    r = cli("--darknet", darknet_dir(), cfg, yolov2_tiny_weights, DATA / "dog.jpg",
+    r = cli("--darknet", darknet_dir(), cfg, yolov2_tiny_weights, darknet_photo("dog.jpg"),
             "--perturb", "8:10")
     assert r.exit_code == 1 and "first difference at layer 8 (convolutional) output" in r.output
 
@@ -455,20 +455,17 @@ def test_recorded_yolov3_tiny_perturbed_names_layer(tiny64):
 # -- an AlexeyAB build (DARKNET_AB_DIR) ------------------------------------------------------------
 
 def yolov4_tiny():
-    d = Path(os.environ.get("DARKNUMBA_YOLOV4_TINY", ROOT / "weights"))
-    weights = d / "yolov4-tiny.weights"
-    cfg = next((p for p in (ROOT / "cfg" / "yolov4-tiny.cfg", d / "yolov4-tiny.cfg")
-                if p.exists()), ROOT / "cfg" / "yolov4-tiny.cfg")
-    if not cfg.exists() or not weights.exists():
-        pytest.skip(f"yolov4-tiny cfg or official weights not found ({cfg}, {weights})")
-    return cfg, weights
+    d = os.environ.get("DARKNUMBA_YOLOV4_TINY")
+    weights = official_weights("yolov4-tiny", Path(d) / "yolov4-tiny.weights") if d \
+        else v4tiny_weights()
+    return ROOT / "cfg" / "yolov4-tiny.cfg", weights
 
 
 @pytest.mark.slow
 def test_alexeyab_yolov4_tiny_dog_every_layer_within_1e4():
     dk = darknet_ab_dir()
     cfg, weights = yolov4_tiny()
-    r = cli("--darknet", dk, cfg, weights, DATA / "dog.jpg", "--json")
+    r = cli("--darknet", dk, cfg, weights, darknet_photo("dog.jpg"), "--json")
     report = json.loads(r.stdout[r.stdout.index("{"):])
     assert r.exit_code == 0, report["verdict"]
     assert report["reference"].startswith("AlexeyAB darknet")
@@ -478,6 +475,7 @@ def test_alexeyab_yolov4_tiny_dog_every_layer_within_1e4():
 
 @pytest.mark.slow
 def test_alexeyab_yolov4_tiny_perturbed_names_layer():
+    dk = darknet_ab_dir()
     cfg, weights = yolov4_tiny()
-    r = cli("--darknet", darknet_ab_dir(), cfg, weights, DATA / "dog.jpg", "--perturb", "10:5")
+    r = cli("--darknet", dk, cfg, weights, darknet_photo("dog.jpg"), "--perturb", "10:5")
     assert r.exit_code == 1 and "first difference at layer 10 (convolutional) output" in r.output

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, darknet_ab_dir, v4tiny_weights
+from conftest import ROOT, darknet_ab_dir, darknet_photo, v4tiny_weights
 from typer.testing import CliRunner
 
 import darknumba as dn
@@ -174,11 +174,12 @@ def test_activation_layers_train_step(tmp_path, first, conv, second):
 def test_yolov4_tiny_train_step_on_dog(tmp_path):
     """One training step of the official yolov4-tiny on dog.jpg (resized by AlexeyAB) with
     labels for the dog, the bicycle and the truck, batch 2."""
+    darknet_ab_dir()
     weights = v4tiny_weights()
     cfg = tmp_path / "yolov4-tiny.cfg"
     cfg.write_text((ROOT / "cfg" / "yolov4-tiny.cfg").read_text()
                    .replace("\nbatch=64\n", "\nbatch=2\n"))
-    code, report = compare(cfg, weights, DATA / "dog.jpg", "--train",
+    code, report = compare(cfg, weights, darknet_photo("dog.jpg"), "--train",
                            "--truth", FIX / "yolov4-tiny-train" / "dog.txt")
     assert code == 0 and report["passed"], report["verdict"]
     assert judged_layers(report) == set(range(38))

@@ -5,19 +5,18 @@ and OpenCV DNN reading the file."""
 import re
 import warnings
 
+import cv2
 import numpy as np
+import onnx  # noqa: F401  (the [test] extra brings onnx and onnxruntime)
+import onnxruntime as ort
 import pytest
 
 import darknumba as dn
 from darknumba.errors import CfgWarning
+from darknumba.export import ExportError
+from darknumba.export.onnx import build_onnx, export_onnx, run_onnxruntime
 
 from conftest import ROOT, tiny_weights, v4tiny_weights
-
-pytest.importorskip("onnx", reason="the onnx package is not installed (pip install darknumba[onnx])")
-ort = pytest.importorskip("onnxruntime", reason="onnxruntime is not installed (pip install darknumba[onnx])")
-
-from darknumba.export import ExportError  # noqa: E402
-from darknumba.export.onnx import build_onnx, export_onnx, run_onnxruntime  # noqa: E402
 
 TOL = 1e-4
 
@@ -410,7 +409,6 @@ stride=2
 
 
 def test_opencv_dnn_reads_the_file(tmp_path):
-    cv2 = pytest.importorskip("cv2", reason="OpenCV is not installed (pip install darknumba[bench])")
     net = dn.load_network(ROOT / "cfg/yolov3-tiny.cfg", tiny_weights(), batch=1)
     x = image_batch(net)
     net.forward(x)

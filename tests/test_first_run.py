@@ -10,7 +10,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import DATA, ROOT
+from conftest import ROOT, sample_photos
 from numba import njit
 
 import darknumba as dn
@@ -121,7 +121,7 @@ def test_cold_cache_notice_warmup_and_predicted_in(tmp_path):
     after which `detect` compiles nothing and says nothing."""
     weights = tmp_path / "w.weights"
     dn.save_weights(random_net(), weights)
-    image = DATA / "dog.jpg"
+    image = sample_photos()[0]
     cold = _cli(["detect", str(CFG), str(weights), str(image), str(image), "--thresh", "2"],
                 tmp_path / "cache1", tmp_path)
     assert NOTICE in cold.stderr
@@ -150,9 +150,7 @@ def test_cold_detect_runs_numpy_and_leaves_the_compile_to_a_background_process(t
     compiling the forward pass, a background process compiles it; once that has ended, the
     same command runs compiled (no notice) and finds the same boxes."""
     from darknumba.vision.compile_ahead import background_running
-    image = DATA / "dog.jpg"
-    if not image.exists():
-        pytest.skip(f"{image} not found (set DARKNUMBA_DATA)")
+    image = sample_photos()[0]
     weights = tmp_path / "w.weights"
     dn.save_weights(random_net(), weights)
     for _ in range(3000):               # another background compile would keep this one waiting

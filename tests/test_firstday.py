@@ -72,7 +72,6 @@ def test_disabled_history_writes_nothing(tmp_path):
 
 
 def test_chart_is_drawn_from_the_whole_history(tmp_path, monkeypatch):
-    pytest.importorskip("matplotlib")
     from darknumba.train import history
     h = TrainingHistory(tmp_path, "net", 0, 20, chart=True)
     _fill(h, 1, 4)
@@ -220,11 +219,9 @@ def _decimals(x) -> int:
 
 @pytest.fixture
 def detect_setup(tmp_path, monkeypatch):
-    from conftest import DATA, ROOT, tiny_weights
+    from conftest import ROOT, sample_photos, tiny_weights
     weights = tiny_weights()
-    images = [DATA / "dog.jpg", DATA / "horses.jpg"]
-    if not all(p.exists() for p in images):
-        pytest.skip(f"sample photos not found in {DATA} (set DARKNUMBA_DATA)")
+    images = sample_photos()[:2]
     monkeypatch.chdir(tmp_path)
     return ROOT / "cfg" / "yolov3-tiny.cfg", weights, images, ROOT / "cfg" / "coco.data"
 

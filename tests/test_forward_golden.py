@@ -1,7 +1,7 @@
-"""Every layer's output against C darknet's recorded forward passes (../shared/golden)."""
+"""Every layer's output against C darknet's recorded forward passes (tests/fixtures/golden)."""
 import numpy as np
 import pytest
-from conftest import golden_dir, load_golden, tiny_weights
+from conftest import ROOT, golden_dir, load_golden, tiny_weights
 
 import darknumba as dn
 from darknumba.parity.tensordiff import named_rows, rows_report
@@ -52,12 +52,15 @@ def test_train_forward_updates_rolling_statistics():
 
 
 def test_yolov3_tiny_official_weights_on_dog():
-    d = golden_dir("yolov3-tiny-detect")
-    data = np.load(d / "dog" / "data.npz")
-    net = dn.load_network(d / "yolov3-tiny.cfg", tiny_weights(), batch=1, exact=True)
+    """From C's letterboxed dog.jpg; the fixture keeps ten of the 24 outputs (the deeper ones,
+    both yolo heads among them: a difference anywhere earlier reaches them)."""
+    data = np.load(golden_dir("yolov3-tiny-detect") / "dog" / "data.npz")
+    net = dn.load_network(ROOT / "cfg" / "yolov3-tiny.cfg", tiny_weights(), batch=1, exact=True)
     assert net.seen == 32013312
     net.forward(data["input"])
-    check_tensors(outputs(net), data, 1e-4, "yolov3-tiny on dog.jpg")
+    kept = {k: v for k, v in outputs(net).items() if k in data}
+    assert len(kept) == 10 and {"L016_output", "L023_output"} <= kept.keys()
+    check_tensors(kept, data, 1e-4, "yolov3-tiny on dog.jpg")
 
 
 def test_predict_returns_shaped_copy():

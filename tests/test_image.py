@@ -9,7 +9,7 @@ import zlib
 import naive
 import numpy as np
 import pytest
-from conftest import DATA, golden_dir
+from conftest import darknet_photo, golden_dir
 from PIL import Image
 
 from darknumba.errors import DataError
@@ -49,11 +49,9 @@ def test_letterbox_geometry():
 def test_letterbox_dog_vs_darknet():
     """Pillow's JPEG decoder (libjpeg-turbo) and darknet's (stb) differ by a few levels; on
     the same decoded pixels the letterbox is identical (checked against C in development)."""
-    d = golden_dir("yolov3-tiny-detect") / "dog"
-    if not (DATA / "dog.jpg").exists():
-        pytest.skip(f"{DATA / 'dog.jpg'} not found (set DARKNUMBA_DATA)")
-    ref = np.load(d / "data.npz")["input"].reshape(3, 416, 416)
-    ours = letterbox_image(load_image_color(DATA / "dog.jpg"), 416, 416)
+    dog = darknet_photo("dog.jpg")
+    ref = np.load(golden_dir("yolov3-tiny-detect") / "dog" / "data.npz")["input"].reshape(3, 416, 416)
+    ours = letterbox_image(load_image_color(dog), 416, 416)
     diff = np.abs(ours - ref)
     print(f"letterboxed dog.jpg vs darknet: max diff {diff.max():.6f} "
           f"({diff.max() * 255:.2f}/255), mean {diff.mean():.2e}")

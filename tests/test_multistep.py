@@ -8,7 +8,7 @@ build, how): net.cfg, init.weights, the datum (input.f32, truth.f32), the per-da
 (costs.json) and C's final.weights. test_tracks_recorded_c_run needs no C build;
 test_tracks_live_c_run runs the C side again through tests/c_train.py when DARKNET_DIR points
 at a pjreddie tree built with make. `python tests/test_multistep.py DARKNET_DIR` records the
-fixtures from the golden runs in ../shared/golden.
+fixtures from the golden runs in tests/fixtures/golden.
 
 Tolerances, with room for another BLAS on the machine running darknumba (its sums in another
 order; darknet's side is fixed): every cost within 1e-4 of C's (relative), every .weights

@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from conftest import DATA, TINY_WEIGHTS, V4TINY_WEIGHTS, ROOT
+from conftest import ROOT, sample_photos, tiny_weights, v4tiny_weights
 
 import darknumba as dn
 from darknumba import numpy_forward
@@ -87,10 +87,8 @@ def test_a_real_detector_prints_the_same_lines_first_run_or_not(monkeypatch):
     """yolov3-tiny and yolov4-tiny on the sample photos: the numpy first run (here forced: a
     cache said cold, no background process) prints what the compiled path prints, and the
     detector goes over to the compiled path once the background compile is done."""
-    for cfg, weights in (("yolov3-tiny", TINY_WEIGHTS), ("yolov4-tiny", V4TINY_WEIGHTS)):
-        if not weights.exists() or not (DATA / "dog.jpg").exists():
-            pytest.skip("official tiny weights or the sample photos not found")
-        images = [DATA / n for n in ("dog.jpg", "person.jpg", "horses.jpg")]
+    images = sample_photos()[:3]
+    for cfg, weights in (("yolov3-tiny", tiny_weights()), ("yolov4-tiny", v4tiny_weights())):
         compiled = Detector(ROOT / "cfg" / f"{cfg}.cfg", weights, log=lambda m: None)
         want = [p.lines() for p in compiled.run(images)]
         started = []

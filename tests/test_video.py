@@ -1,17 +1,17 @@
 """Detection on video files: `darknumba detect VIDEO`, `darknumba detector demo` and
 Detector.iter_video / predict_video. A tiny yolo network with Darknet's random initialisation
-runs on short synthetic clips (and on one made of ../shared/data's photos when present): frame
-count, size and frame rate of the written video, one JSON line per frame whose detections are
-Detector.predict's on the same decoded frames, Darknet's demo grammar, and one clear line for
-every bad input. Needs PyAV (pip install darknumba[video]); without it only the install
-message is checked."""
+runs on short synthetic clips and on one made of the sample photos of the test dependencies:
+frame count, size and frame rate of the written video, one JSON line per frame whose detections
+are Detector.predict's on the same decoded frames, Darknet's demo grammar, and one clear line for
+every bad input. PyAV comes with the [test] extra; the message for a missing PyAV is checked
+with its import blocked."""
 import json
 import sys
 from fractions import Fraction
 
 import numpy as np
 import pytest
-from conftest import DATA
+from conftest import sample_photos
 from PIL import Image
 from tiny_nets import NAMES, write_small_detector
 
@@ -19,12 +19,7 @@ import darknumba as dn
 from darknumba.cli import run
 from darknumba.errors import DataError
 
-try:
-    import av
-except ImportError:
-    av = None
-needs_av = pytest.mark.skipif(av is None, reason="PyAV is not installed (pip install "
-                                                 "darknumba[video])")
+import av
 
 THRESH = 0.4
 FPS = Fraction(25, 2)
@@ -75,7 +70,7 @@ def small(tmp_path_factory):
     cfg, weights, names = write_small_detector(root)
     data = root / "small.data"
     data.write_text(f"classes=2\nnames={names}\n")
-    clip = write_video(root / "clip.mp4", shapes_frames(7, 47, 63)) if av else None
+    clip = write_video(root / "clip.mp4", shapes_frames(7, 47, 63))
     return {"cfg": cfg, "weights": weights, "names": names, "data": data, "clip": clip}
 
 
@@ -97,7 +92,6 @@ def error_line(err):
 
 
 # -- the library -------------------------------------------------------------------------------
-@needs_av
 def test_frames_detect_as_predict_on_the_decoded_frames(small, tmp_path):
     """Batched 3 frames a pass (7 frames: a short last batch), each frame's detections are
     Detector.predict's on that decoded frame, one at a time; the drawn video keeps size and
@@ -123,7 +117,6 @@ def test_frames_detect_as_predict_on_the_decoded_frames(small, tmp_path):
         assert np.abs(got - want).mean() < 0.5 * np.abs(got - frames[k]).mean(), k
 
 
-@needs_av
 def test_iter_video_gives_lines_and_predictions(small):
     det = dn.Detector(small["cfg"], small["weights"], batch=2, thresh=THRESH, names=NAMES)
     got = list(det.iter_video(small["clip"]))
@@ -134,7 +127,6 @@ def test_iter_video_gives_lines_and_predictions(small):
         assert f.prediction.image.shape == (3, 47, 63)
 
 
-@needs_av
 @pytest.mark.parametrize("suffix", [".avi", ".mkv", ".webm"])
 def test_other_containers_keep_size_and_rate(small, tmp_path, suffix):
     frames = shapes_frames(4, 40, 56)
@@ -146,13 +138,9 @@ def test_other_containers_keep_size_and_rate(small, tmp_path, suffix):
     assert facts == {"width": 56, "height": 40, "fps": Fraction(30000, 1001)}
 
 
-@needs_av
-def test_photos_from_shared_data(small, tmp_path):
-    """A clip of ../shared/data's photos (each resized to 96x72, two frames each)."""
-    names = ["dog.jpg", "horses.jpg", "person.jpg"]
-    if not all((DATA / n).exists() for n in names):
-        pytest.skip(f"the sample photos are not in {DATA} (set DARKNUMBA_DATA)")
-    frames = [np.asarray(Image.open(DATA / n).convert("RGB").resize((96, 72))) for n in names
+def test_clip_of_photos(small, tmp_path):
+    """A clip of the sample photos (each resized to 96x72, two frames each)."""
+    frames = [np.asarray(Image.open(p).convert("RGB").resize((96, 72))) for p in sample_photos()
               for _ in range(2)]
     clip = write_video(tmp_path / "photos.mp4", frames)
     det = dn.Detector(small["cfg"], small["weights"], batch=4, thresh=0.3, names=NAMES)
@@ -163,7 +151,6 @@ def test_photos_from_shared_data(small, tmp_path):
 
 
 # -- the command line --------------------------------------------------------------------------
-@needs_av
 def test_detect_video_writes_json_lines_and_the_video(small, tmp_path, capsys):
     out, jl = tmp_path / "annotated.mp4", tmp_path / "frames.jsonl"
     code, stdout, err = call(capsys, "detect", small["cfg"], small["weights"], small["clip"],
@@ -182,7 +169,6 @@ def test_detect_video_writes_json_lines_and_the_video(small, tmp_path, capsys):
     assert len(drawn) == 7 and facts == {"width": 63, "height": 47, "fps": FPS}
 
 
-@needs_av
 def test_detect_video_json_to_stdout_replaces_the_lines(small, capsys):
     code, stdout, err = call(capsys, "detect", small["cfg"], small["weights"], small["clip"],
                              "--json", "-", "--thresh", THRESH, "--names", small["names"])
@@ -193,7 +179,6 @@ def test_detect_video_json_to_stdout_replaces_the_lines(small, capsys):
                for r in records)
 
 
-@needs_av
 def test_demo_in_darknets_grammar(small, tmp_path, capsys):
     out = tmp_path / "res.avi"
     code, stdout, err = call(capsys, "detector", "demo", small["data"], small["cfg"],
@@ -213,7 +198,6 @@ def test_demo_in_darknets_grammar(small, tmp_path, capsys):
     assert len(drawn) == 7 and facts == {"width": 63, "height": 47, "fps": FPS}
 
 
-@needs_av
 def test_demo_thresh_and_json(small, tmp_path, capsys):
     jl = tmp_path / "demo.jsonl"
     code, _, err = call(capsys, "detector", "demo", small["data"], small["cfg"],
@@ -225,7 +209,6 @@ def test_demo_thresh_and_json(small, tmp_path, capsys):
     assert not (tmp_path / "res.avi").exists()
 
 
-@needs_av
 def test_demo_usage(small, capsys):
     code, _, err = call(capsys, "detector", "demo", small["data"], small["cfg"],
                         small["weights"])
@@ -236,7 +219,6 @@ def test_demo_usage(small, capsys):
 
 
 # -- bad input: one clear line, exit status 1 --------------------------------------------------
-@needs_av
 def test_bad_inputs_are_one_line(small, tmp_path, capsys):
     base = ["detect", small["cfg"], small["weights"]]
     fake = tmp_path / "notes.mp4"
@@ -259,7 +241,6 @@ def test_bad_inputs_are_one_line(small, tmp_path, capsys):
     assert code == 1 and "not a video FFmpeg can read" in error_line(err)
 
 
-@needs_av
 def test_an_image_or_a_sound_is_not_a_video(small, tmp_path):
     im = tmp_path / "still.png"
     Image.fromarray(shapes_frames(1, 20, 20)[0]).save(im)
@@ -278,7 +259,6 @@ def test_an_image_or_a_sound_is_not_a_video(small, tmp_path):
         det.predict_video(sound)
 
 
-@needs_av
 def test_a_failed_network_leaves_no_output(small, tmp_path, capsys):
     bad = tmp_path / "bad.cfg"
     bad.write_text("[net]\nwidth=32\nheight=32\nchannels=3\n[convolutional]\nfilters=x\n")

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import naive
 import numpy as np
 import pytest
-from conftest import DATA, ROOT, guarded, guards_intact, tiny_weights
+from conftest import ROOT, guarded, guards_intact, sample_photos, tiny_weights
 
 from darknumba.kernels.winograd import tiles_of
 from darknumba.layers.conv_winograd import transformed_weights
@@ -419,13 +419,11 @@ def test_official_detections_identical_on_the_photos(name, layer, monkeypatch):
     identical, on every sample photo (`layer`: one the default path runs in Winograd)."""
     from conftest import v4tiny_weights
 
-    from darknumba.vision.detector import Detector, expand_images
+    from darknumba.vision.detector import Detector
     monkeypatch.delenv("DARKNUMBA_EXACT", raising=False)
     monkeypatch.delenv("DARKNUMBA_WINOGRAD", raising=False)
     weights = tiny_weights() if name == "yolov3-tiny" else v4tiny_weights()
-    if not DATA.exists() or not expand_images([str(DATA)]):
-        pytest.skip(f"sample photos not found at {DATA} (set DARKNUMBA_DATA)")
-    photos = expand_images([str(DATA)])
+    photos = sample_photos()
     cfg = ROOT / "cfg" / f"{name}.cfg"
     runs = [Detector(cfg, weights, thresh=0.25, exact=e) for e in (True, None)]
     assert not runs[1].net.exact                                    # the default
