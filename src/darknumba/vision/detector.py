@@ -8,6 +8,9 @@ per line as Darknet's lists), Pillow images, or arrays: (h, w, 3) uint8 RGB, or 
 in [0, 1] as load_image_color gives; files and images are converted to the network's channels
 (a (c, h, w) float array must have them). A worker thread decodes files ahead of the network;
 images run net.batch at a time, letterboxed (or resized), then get_network_boxes and do_nms_sort.
+Arrays are taken as RGB unless predict / iter_predict / draw get channels="bgr" (OpenCV's
+cv2.imread and VideoCapture give BGR arrays): "rgb" stays the default so that existing callers
+keep their results; a BGR array passed as RGB swaps red and blue and detects worse, silently.
 
 A record is what `darknumba detect --json` writes, one JSON line per image:
     image          the path as given (str); None for an array or Pillow image
@@ -195,6 +198,29 @@ def prefetched(items: Iterable, ahead: int, c: int = 3, meanwhile=None):
         while queue:
             q, f = queue.popleft()
             yield (q, *f.result())
+
+
+CHANNEL_ORDERS = ("rgb", "bgr")
+
+
+def _check_channels(channels: str):
+    if channels not in CHANNEL_ORDERS:
+        raise ValueError(f"channels must be one of {', '.join(map(repr, CHANNEL_ORDERS))}, "
+                         f"not {channels!r}")
+
+
+def _rgb(item, channels: str):
+    """`item` with its colours in RGB order: with channels="bgr" an (h, w, 3) uint8 array's
+    last axis and a (3, h, w) float array's first are reversed; paths and Pillow images carry
+    their own order and are left as they are."""
+    _check_channels(channels)
+    if channels == "rgb" or not isinstance(item, np.ndarray) or item.ndim != 3:
+        return item
+    if item.dtype == np.uint8 and item.shape[2] == 3:
+        return item[..., ::-1]
+    if item.shape[0] == 3:
+        return item[::-1]
+    return item
 
 
 def _as_items(images) -> list:
@@ -446,17 +472,20 @@ class Detector:
                 p.detections, p.seconds = d, seconds
         return chunk
 
-    def iter_predict(self, images) -> Iterator[dict]:
+    def iter_predict(self, images, channels: str = "rgb") -> Iterator[dict]:
         """Records (see the module docstring) for one image or many, paths expanded (folders,
         globs, .txt/.list files), streamed as batches finish; an unreadable file gives
-        {"image": path, "error": message} and the run goes on."""
-        for p in self.run(_as_items(images)):
+        {"image": path, "error": message} and the run goes on. channels: the colour order of
+        array images, "rgb" or "bgr" (OpenCV's); files and Pillow images know their own."""
+        _check_channels(channels)               # a wrong value fails before any work
+        for p in self.run([_rgb(item, channels) for item in _as_items(images)]):
             yield p.record
 
-    def predict(self, images) -> list[dict]:
-        """The records of iter_predict as a list; an unreadable file raises DataError."""
+    def predict(self, images, channels: str = "rgb") -> list[dict]:
+        """The records of iter_predict as a list; an unreadable file raises DataError.
+        channels: "rgb" (the default) or "bgr" for arrays from OpenCV."""
         out = []
-        for r in self.iter_predict(images):
+        for r in self.iter_predict(images, channels):
             if "error" in r:
                 raise DataError(r["error"])
             out.append(r)
@@ -480,10 +509,12 @@ class Detector:
         """The frame records of iter_video as a list (see vision/video.py)."""
         return [f.record for f in self.iter_video(video, out)]
 
-    def draw(self, image, record: dict, path=None):
+    def draw(self, image, record: dict, path=None, channels: str = "rgb"):
         """Draw a record's boxes as Darknet does onto (a copy of) `image` (a path, array or
-        Pillow image): a Pillow image, also saved as a PNG at `path` when given."""
-        im = load_image(image, c=self.net.c) if _is_path(image) else as_image(image, self.net.c)
+        Pillow image; an array's colour order given by channels, "rgb" or "bgr"): a Pillow
+        image (RGB), also saved as a PNG at `path` when given."""
+        im = load_image(image, c=self.net.c) if _is_path(image) else \
+            as_image(_rgb(image, channels), self.net.c)
         img = draw_detections(im, labelled(record["detections"]), self.classes)
         if path is not None:
             save_png(img, path)
