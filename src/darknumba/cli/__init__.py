@@ -166,7 +166,7 @@ def run(args: list[str] | None = None) -> int:
         refused = _not_data_parallel(argv)
         if refused:
             print(f"darknumba: error: {refused}", file=sys.stderr)
-            return 2                           # a usage error, as click's
+            return EXIT_USAGE
         code = _narrowed(app, argv)(args=argv, prog_name="darknumba", standalone_mode=False)
         return code if isinstance(code, int) else EXIT_OK
     except ClickException as e:                # usage errors: exit_code 2
@@ -204,10 +204,25 @@ def _silence_broken_pipe():
         pass
 
 
+def _flush_stdout(code: int) -> int:
+    """Write what the standard output still buffers before exit: a closed pipe (`| head -c0`)
+    or a full disk there ends with status 1 (the pipe quietly), not with Python's `Exception
+    ignored ... BrokenPipeError` and status 120 at shutdown."""
+    try:
+        sys.stdout.flush()
+        return code
+    except OSError as e:
+        if e.errno != errno.EPIPE:
+            print(f"darknumba: error: cannot write the standard output: "
+                  f"{_one_line(e.strerror or e)}", file=sys.stderr)
+        _silence_broken_pipe()      # the shutdown's flush then writes to /dev/null
+        return code or EXIT_BAD_INPUT
+
+
 def main():
     gc.freeze()         # what the imports made stays: later collections need not walk it
     skip_refresh_on_cache_loads()       # the command's kernels load 0.2-0.35 s sooner
-    code = run()
+    code = _flush_stdout(run())
     # The objects of numba, llvmlite and typer stay until exit; frozen, the interpreter's last
     # collections skip them (~0.4 s of a warm `detect`). Nothing is lost: no objects we
     # create need a collector to be finalised (files are closed by `with`).

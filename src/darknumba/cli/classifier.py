@@ -24,7 +24,7 @@ def train(data: DataArg, cfg: CfgArg,
           weights: Annotated[Optional[Path], typer.Argument(exists=True, dir_okay=False,
                                                             help="starting weights (full or partial)")] = None,
           clear: Annotated[bool, typer.Option("--clear", "-clear", help="reset the seen-images count (fine-tuning)")] = False,
-          max_batches: Annotated[Optional[int], typer.Option(min=0, help="override [net] max_batches")] = None,
+          max_batches: Annotated[Optional[int], typer.Option(min=1, help="override [net] max_batches")] = None,
           backup: Annotated[Optional[Path], typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
           seed: Annotated[int, typer.Option(min=0, help="random seed (initial weights, batches, augmentation)")] = 0,
           workers: Annotated[int, typer.Option(min=1, help="image loading threads")] = 2,
@@ -106,7 +106,7 @@ def valid(data: DataArg, cfg: CfgArg,
 
 @classifier_app.command()
 def example(out: Annotated[Path, typer.Argument(help="output folder")],
-            n: Annotated[int, typer.Option("--n", help="number of images")] = 3000,
+            n: Annotated[int, typer.Option("--n", min=1, help="number of images")] = 3000,
             valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
             seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0):
     """Write a synthetic 5-class set (32x32 shapes) with its lists, labels and .data file;

@@ -26,7 +26,7 @@ def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help
 
 @data_app.command("shapes")
 def shapes(out: Annotated[Path, typer.Argument(help="output folder")],
-           n: Annotated[int, typer.Option("--n", help="number of images")] = 2000,
+           n: Annotated[int, typer.Option("--n", min=1, help="number of images")] = 2000,
            valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
            seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0):
     """Coloured circles, squares and triangles on textured backgrounds, with a train/valid

@@ -8,7 +8,7 @@ from .options import DialectOption
 
 
 def summary(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")],
-            batch: Annotated[Optional[int], typer.Option(help="override batch/subdivisions")] = None,
+            batch: Annotated[Optional[int], typer.Option(min=1, help="override batch/subdivisions")] = None,
             dialect: DialectOption = None):
     """Print the layer table (index, type, filters, size, input -> output, BFLOPs) as Darknet does,
     after a line naming the dialect the network follows and why. Only the shapes are computed:
