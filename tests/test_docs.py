@@ -6,7 +6,8 @@ A block opens with ```bash runnable or ```python runnable, optionally followed b
 `slow` (marked slow: it trains, compiles or runs MPI), `needs=mod1,mod2` (Python modules the
 block needs; it is skipped without them), `timeout=N` (seconds, default 300). Each block runs
 in a fresh folder laid out like a checkout: a copy of cfg/, the checkout's weights/ files
-linked, tests/ and bench/ linked, and dog.jpg from the shared sample photos; bash blocks run
+linked, tests/ and bench/ linked, dog.jpg from Darknet's sample photos (and clip.mp4, a few
+frames of it, for the blocks that read one); bash blocks run
 under `set -euo pipefail` with this venv's bin/ first on PATH (`darknumba`, `mpirun`), python
 blocks with this interpreter. docs/index.md states the convention for writers."""
 import os
@@ -98,6 +99,23 @@ def checkout_like(folder: Path) -> Path:
     return folder
 
 
+def write_clip(path: Path, photo: Path, frames: int = 8, fps: int = 8) -> Path:
+    """A short H.264 clip of the photo drifting sideways, for the blocks that read clip.mp4."""
+    import av
+    import numpy as np
+    from PIL import Image
+    a = np.asarray(Image.open(photo).convert("RGB").resize((320, 240)))
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("libx264", rate=fps)
+        s.width, s.height, s.pix_fmt = 320, 240, "yuv420p"
+        for i in range(frames):
+            for packet in s.encode(av.VideoFrame.from_ndarray(np.roll(a, 4 * i, axis=1), format="rgb24")):
+                c.mux(packet)
+        for packet in s.encode():
+            c.mux(packet)
+    return path
+
+
 @pytest.mark.parametrize("lang,opts,text", cases())
 def test_runnable_block(lang, opts, text, tmp_path):
     missing = [m for m in opts["needs"] if find_spec(m) is None]
@@ -108,8 +126,10 @@ def test_runnable_block(lang, opts, text, tmp_path):
         if fetch is not None and name in ("yolov3-tiny", "yolov4-tiny"):
             fetch(name, ROOT / "weights" / f"{name}.weights")
     work = checkout_like(tmp_path / "work")
-    if "dog.jpg" in text and not (work / "dog.jpg").exists():
+    if ("dog.jpg" in text or "clip.mp4" in text) and not (work / "dog.jpg").exists():
         pytest.skip(NO_PHOTO)
+    if "clip.mp4" in text:
+        write_clip(work / "clip.mp4", work / "dog.jpg")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
                DARKNUMBA_CACHE=str(tmp_path / "cache"), MPLBACKEND="Agg")
     if lang == "bash":
