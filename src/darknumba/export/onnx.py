@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..outputs import atomic_write
 from . import ExportError
 from .activations import activation
 from .fold import bn_normaliser, folded
@@ -273,7 +274,7 @@ def export_onnx(net, path, fuse_bn: bool = True, decode: bool = False, dynamic: 
     model = build_onnx(net, fuse_bn, decode, dynamic)
     onnx = onnx_module()
     onnx.checker.check_model(model)
-    onnx.save(model, os.fspath(path))
+    atomic_write(path, model.SerializeToString())   # onnx.save's bytes, through a temporary
     return model
 
 

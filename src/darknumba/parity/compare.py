@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DarknumbaError
+from ..outputs import atomic_output
 from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
 from .npz import check_layers, read_npz
 from .replay import final_delta, replay
@@ -136,12 +137,13 @@ def scalars(ours: dict, ref_run: dict) -> dict:
 
 
 def save_dump(path: Path, tensors: dict, mode: str, meta: dict):
-    """An .npz in the golden layout, readable back with --npz."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """An .npz in the golden layout, readable back with --npz (written through a temporary
+    file, outputs.atomic_output)."""
     arrays = {k: v for k, v in tensors.items() if isinstance(v, np.ndarray)}
     manifest = {"mode": mode, "net": meta.get("net", {}), "layers": meta.get("layers", [])}
-    np.savez_compressed(path, **arrays, manifest_json=np.array(json.dumps(manifest)),
-                        run_json=np.array(json.dumps(meta.get("run", {"mode": mode}))))
+    with atomic_output(path) as f:
+        np.savez_compressed(f, **arrays, manifest_json=np.array(json.dumps(manifest)),
+                            run_json=np.array(json.dumps(meta.get("run", {"mode": mode}))))
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
+from ..outputs import atomic_output, atomic_write
 from .cocoeval import CocoEval, coco_evaluate
 
 
@@ -351,7 +352,8 @@ def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
     results = []
     written = 0
     with contextlib.ExitStack() as stack:
-        files = {} if coco else {c: stack.enter_context(open(out / f"{prefix}{stem}.txt", "w"))
+        files = {} if coco else {c: stack.enter_context(atomic_output(out / f"{prefix}{stem}.txt",
+                                                                      "w"))
                                  for c, stem in enumerate(class_file_stems(names))}
         for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, progress):
             stem = os.path.splitext(os.path.basename(p))[0]
@@ -372,6 +374,6 @@ def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
                                        f"{min(x1 + 1, w):f} {min(y1 + 1, h):f}\n")
                         written += 1
     if coco:
-        (out / "coco_results.json").write_text(json.dumps(results))
+        atomic_write(out / "coco_results.json", json.dumps(results).encode())
         written = len(results)
     return written
