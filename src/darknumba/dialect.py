@@ -100,8 +100,10 @@ class Quirks:
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
     bn_epsilon_inside_sqrt: bool = False
-    # batch norm backward (normalize_delta_cpu): pjreddie 1 / sqrt(v + 1e-5); AlexeyAB
-    # 1 / (sqrt(v) + 1e-5) (its mean and variance deltas keep the epsilon inside, as pjreddie)
+    # batch norm backward: 1 / sqrt(v + 1e-5), as both forks' GPU builds (cuDNN) and pjreddie's
+    # CPU. AlexeyAB's CPU normalize_delta_cpu alone divides by sqrt(v) + 1e-5 (its mean and
+    # variance deltas keep the epsilon inside): under alexeyab + compat="darknet-cpu" only, as
+    # with zero variance (a flat image) it multiplies the delta by 1e5 in every layer
     bn_delta_eps_outside_sqrt: bool = False
     # rolling statistics: rolling = m * rolling + (1 - m) * batch statistic
     bn_rolling_momentum: float = 0.99
@@ -174,8 +176,9 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
     if compat not in COMPAT_MODES:
         raise ValueError(f"compat must be one of {COMPAT_MODES}, not {compat!r}")
     if dialect == "alexeyab":
-        return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True, bn_delta_eps_outside_sqrt=True,
-                      bn_rolling_momentum=0.9, weights_version=(0, 2, 5), yolo_alexeyab=True,
+        return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True,
+                      bn_delta_eps_outside_sqrt=compat == "darknet-cpu", bn_rolling_momentum=0.9,
+                      weights_version=(0, 2, 5), yolo_alexeyab=True,
                       col2im_zeroes_delta=compat == "darknet-cpu",
                       sam_overwrites_from_delta=compat == "darknet-cpu",
                       bn_bias_not_updated=compat == "darknet-cpu",
