@@ -22,6 +22,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import benchlib  # noqa: E402
 
 
 def timed(cmd, env):
@@ -57,6 +60,8 @@ def main():
     ap.add_argument("--compile-first", action="store_true")
     ap.add_argument("--darknumba", default=shutil.which("darknumba") or "darknumba")
     a = ap.parse_args()
+    benchlib.header("bench/first_run.py: a first `darknumba detect` and the warm runs after it",
+                    extra={"darknumba": a.darknumba})
     weights = a.weights or str(ROOT / "weights" / (Path(a.cfg).stem + ".weights"))
     cmd = [a.darknumba, "detect", a.cfg, weights, a.image]
     python = str(Path(a.darknumba).with_name("python"))

@@ -15,6 +15,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import benchlib  # noqa: E402
 
 
 def gemm_floor(net, reps):
@@ -54,6 +57,8 @@ def main():
                     help="import numpy before darknumba (darknumba must not depend on the order)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if not args.child:
+        benchlib.header("bench/forward.py: darknumba's forward pass")
 
     t0 = time.perf_counter()
     if args.import_numpy_first:
