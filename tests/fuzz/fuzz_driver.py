@@ -21,8 +21,19 @@ import time
 import traceback
 
 
+def _stream():
+    """A text stream with a binary buffer beneath, as sys.stdout has (`rnn generate` writes
+    bytes to it)."""
+    return io.TextIOWrapper(io.BytesIO(), encoding="utf-8", errors="backslashreplace",
+                            write_through=True)
+
+
+def _text(stream) -> str:
+    return stream.buffer.getvalue().decode("utf-8", "replace")
+
+
 def run_step(run, argv):
-    out, err = io.StringIO(), io.StringIO()
+    out, err = _stream(), _stream()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         try:
             code = run(argv)
@@ -31,7 +42,7 @@ def run_step(run, argv):
         except BaseException:                    # noqa: BLE001 - an escape is a finding
             code = "escaped"
             err.write(traceback.format_exc())
-    return code, out.getvalue(), err.getvalue()
+    return code, _text(out), _text(err)
 
 
 def main(cases_path, results_path, faults_path):

@@ -1,12 +1,14 @@
-"""The shared fixtures fuzz cases refer to as "{FIX}": small networks with random weights and a
-small shapes dataset, built deterministically (seeded), so that corpus cases replay alike."""
+"""The shared fixtures fuzz cases refer to as "{FIX}": small networks with random weights (a
+character RNN among them), a small shapes dataset and a recorded C run for compare --npz, built
+deterministically (seeded), so that corpus cases replay alike."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-VERSION = "3"          # bump when what is built here changes
+VERSION = "4"          # bump when what is built here changes
+NPZ = ROOT / "tests" / "fixtures" / "golden" / "cls-small"   # a recorded run compare --npz reads
 
 # A YOLOv2-style head for 3 classes: 5 anchors x (4 + 1 + 3) = 40 filters.
 REGION_CFG = """[net]
@@ -106,5 +108,11 @@ def build(fix: Path) -> Path:
         dn.save_weights(net, fix / f"{name}.weights")
     generate_shapes(fix / "ds", n=8, valid_fraction=0.25, seed=1, size=(40, 64))
     make_example(fix / "cls", n=12, valid=0.25, seed=1)
+    (fix / "npz").mkdir(exist_ok=True)          # compare --npz: the run, its cfg and weights
+    for name in ("cls-small.cfg", "init.weights", "forward_test/data.npz"):
+        (fix / "npz" / name.replace("forward_test/", "")).write_bytes((NPZ / name).read_bytes())
+    rnn = (ROOT / "cfg" / "rnn-tiny.cfg").read_text()       # a character RNN with its weights
+    (fix / "rnn.cfg").write_text(rnn)
+    dn.save_weights(dn.load_network(fix / "rnn.cfg"), fix / "rnn.weights")
     stamp.write_text(VERSION)
     return fix

@@ -4,7 +4,7 @@ timeout per step), and every step must keep the contract: exit 0, 1 with one cle
 no internal error, traceback, signal or hang (fuzz_runner.judge).
 
 Profiles (DARKNUMBA_FUZZ):
-- unset / "ci": a derandomised set of cases per family (CI_COUNTS, ~140 in all) plus every
+- unset / "ci": a derandomised set of cases per family (CI_COUNTS, ~160 in all) plus every
   case in corpus/ (crashes found so far), in the default `python -m pytest -q`.
 - "long": `DARKNUMBA_FUZZ=long python -m pytest -q -s tests/fuzz -k test_fuzz_long` generates
   fresh random cases for DARKNUMBA_FUZZ_MINUTES (default 15) and prints the outcome counts;
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import fuzz_cases as fc
 import fuzz_fixtures
+import fuzz_inputs as fi
 import pytest
 from fuzz_runner import Case, report, run_cases
 from hypothesis import HealthCheck, Phase, given, settings
@@ -25,7 +26,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 pytestmark = [pytest.mark.fuzz, pytest.mark.slow]
 PROFILE = os.environ.get("DARKNUMBA_FUZZ", "ci")
 CORPUS = Path(__file__).parent / "corpus"
-CI_COUNTS = {"cfg": 35, "weights": 25, "images": 25, "labels": 25, "options": 30}
+CI_COUNTS = {"cfg": 35, "weights": 25, "images": 25, "labels": 25, "options": 30,
+             "npz": 8, "rnn": 5, "video": 5, "export": 5}
 JOBS = int(os.environ.get("DARKNUMBA_FUZZ_JOBS", "2"))
 
 
@@ -39,7 +41,8 @@ def strategies(fix: Path) -> dict:
     photos = [p.read_bytes() for p in sorted((fix / "ds" / "images" / "train").glob("*.jpg"))]
     return {"cfg": fc.cfg_case(), "weights": fc.weights_case(originals),
             "images": fc.images_case(), "labels": fc.labels_case(photos),
-            "options": fc.options_case()}
+            "options": fc.options_case(), "npz": fi.npz_case(), "rnn": fi.rnn_case(),
+            "video": fi.video_case(), "export": fi.export_case(originals)}
 
 
 def generate(strategy, n: int, derandomize: bool) -> list[Case]:
