@@ -15,7 +15,7 @@ ONNX writes differently:
   (downsample) sums stride x stride blocks: AveragePool times stride^2.
 - [route] is Concat of its inputs, each cut to its group_id-th of `groups` channel slices;
   [shortcut] is alpha * previous + beta * from, then the activation.
-- [yolo] and [region] heads: see yolo.py.
+- [yolo] and [region] heads: see yolo.py; NonMaxSuppression after them (nms=): nms.py.
 - [connected] is Flatten + Gemm, its output (batch, outputs, 1, 1); [avgpool] is
   GlobalAveragePool; [softmax] (groups, temperature) a Softmax per group; [dropout] and [cost]
   pass their input on.
@@ -33,6 +33,7 @@ from . import ExportError
 from .activations import activation
 from .fold import bn_normaliser, folded
 from .graph import Graph, onnx_module
+from .nms import DETECTION_COLUMNS, nms_detections
 from .yolo import Grid, region_raw, yolo_decoded, yolo_raw
 
 INPUT = "input"
@@ -43,6 +44,7 @@ class Context:
     """What the builders share: the network, the options, each layer's output tensor."""
     net: object
     fuse_bn: bool
+    dynamic: bool = False
     tensors: list = field(default_factory=list)
 
     def x(self, i: int) -> str:
@@ -208,15 +210,18 @@ def output_layers(net) -> list[int]:
     return heads or [net.layers.index(net.output_layer())]
 
 
-def build_onnx(net, fuse_bn: bool = True, decode: bool = False, dynamic: bool = False):
+def build_onnx(net, fuse_bn: bool = True, decode: bool = False, dynamic: bool = False,
+               nms: tuple[float, float] | None = None):
     """The ONNX ModelProto of `net` at its batch size (net.batch) and input size.
 
     fuse_bn: batch norm folded into the convolutions (else BatchNormalization nodes).
     decode: one `detections` output of decoded boxes (yolo.py) instead of each head's raw
-    output `layer_<i>`. dynamic: batch, height and width left symbolic."""
+    output `layer_<i>`. dynamic: batch, height and width left symbolic. nms: (iou threshold,
+    score threshold): the decoded boxes go through NonMaxSuppression and `detections` is
+    (num, 7): batch, class, score, x1, y1, x2, y2 (nms.py)."""
     net.require_buffers("export")
     g = Graph()
-    ctx = Context(net, fuse_bn)
+    ctx = Context(net, fuse_bn, dynamic)
     for i, l in enumerate(net.layers):
         builder = LAYER_BUILDERS.get(l.type)
         if builder is None:
@@ -230,9 +235,16 @@ def build_onnx(net, fuse_bn: bool = True, decode: bool = False, dynamic: bool = 
     height, width = ("height", "width") if dynamic else (net.h, net.w)
     inputs = [onnx.helper.make_tensor_value_info(INPUT, f32, [batch, net.c, height, width])]
     outs = output_layers(net)
-    outputs = (_decoded_output if decode else _raw_outputs)(g, ctx, outs, batch, dynamic)
+    if nms is not None:
+        outputs = _nms_output(g, ctx, outs, *nms)
+    else:
+        outputs = (_decoded_output if decode else _raw_outputs)(g, ctx, outs, batch, dynamic)
+    kind = "nms" if nms is not None else "decoded" if decode else "raw"
     meta = {"cfg": os.path.basename(net.cfg_path or ""), "dialect": net.dialect,
-            "outputs": "decoded" if decode else "raw", "batch_norm": "folded" if fuse_bn else "nodes"}
+            "outputs": kind, "batch_norm": "folded" if fuse_bn else "nodes"}
+    if nms is not None:
+        meta.update(iou_threshold=nms[0], score_threshold=nms[1],
+                    detections=",".join(DETECTION_COLUMNS))
     return g.model(inputs, outputs, doc="Darknet network exported by darknumba", metadata=meta)
 
 
@@ -250,8 +262,8 @@ def _raw_outputs(g, ctx, outs, batch, dynamic):
     return values
 
 
-def _decoded_output(g, ctx, outs, batch, dynamic):
-    """One `detections` tensor: every [yolo] head's rows (yolo.py), heads in order."""
+def _decoded_rows(g, ctx, outs, name=None) -> str:
+    """Every [yolo] head's decoded rows (yolo.py), heads in order, as one tensor."""
     net = ctx.net
     heads = [net.layers[i] for i in outs]
     if any(l.type != "yolo" for l in heads) or len({l.classes for l in heads}) != 1:
@@ -259,19 +271,34 @@ def _decoded_output(g, ctx, outs, batch, dynamic):
                           f"[yolo] heads of one class count; this network outputs "
                           + ", ".join(f"[{l.type}] ({getattr(l, 'classes', 0)} classes)"
                                       for l in heads))
-    grid = Grid(g, INPUT, dynamic, net.w, net.h)
+    grid = Grid(g, INPUT, ctx.dynamic, net.w, net.h)
     rows = [yolo_decoded(g, net.layers[i], ctx.tensors[i], grid) for i in outs]
-    g.op("Concat" if len(rows) > 1 else "Identity", rows, name="detections",
-         **({"axis": 1} if len(rows) > 1 else {}))
+    return g.op("Concat" if len(rows) > 1 else "Identity", rows, name=name,
+                **({"axis": 1} if len(rows) > 1 else {}))
+
+
+def _decoded_output(g, ctx, outs, batch, dynamic):
+    """One `detections` tensor: every [yolo] head's rows (yolo.py), heads in order."""
+    _decoded_rows(g, ctx, outs, name="detections")
+    heads = [ctx.net.layers[i] for i in outs]
     count = "boxes" if dynamic else sum(l.n * l.w * l.h for l in heads)
     return [g.onnx.helper.make_tensor_value_info("detections", g.onnx.TensorProto.FLOAT,
                                                  [batch, count, 5 + heads[0].classes])]
 
 
-def export_onnx(net, path, fuse_bn: bool = True, decode: bool = False, dynamic: bool = False):
+def _nms_output(g, ctx, outs, iou_thresh, score_thresh):
+    """`detections` (num, 7) after NonMaxSuppression (nms.py)."""
+    rows = _decoded_rows(g, ctx, outs)
+    nms_detections(g, rows, ctx.net.layers[outs[0]].classes, iou_thresh, score_thresh)
+    return [g.onnx.helper.make_tensor_value_info("detections", g.onnx.TensorProto.FLOAT,
+                                                 ["detections", len(DETECTION_COLUMNS)])]
+
+
+def export_onnx(net, path, fuse_bn: bool = True, decode: bool = False, dynamic: bool = False,
+                nms: tuple[float, float] | None = None):
     """Write `net` as an ONNX file (see build_onnx), checked by onnx.checker; returns the
     model."""
-    model = build_onnx(net, fuse_bn, decode, dynamic)
+    model = build_onnx(net, fuse_bn, decode, dynamic, nms)
     onnx = onnx_module()
     onnx.checker.check_model(model)
     atomic_write(path, model.SerializeToString())   # onnx.save's bytes, through a temporary
