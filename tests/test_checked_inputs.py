@@ -181,6 +181,9 @@ def test_no_usable_images_names_the_list(tmp_path):
         data.write_text(f"classes=1\ntrain={lst}\nvalid={lst}\n")
         with pytest.raises(DataError, match=f"{tmp_path / lst}: no usable images .*{why}"):
             valid_dataset(data)
+    from darknumba.train.classifier import labelled_paths
+    with pytest.raises(DataError, match=f"{tmp_path / 'empty.txt'}: no usable images"):
+        labelled_paths(str(tmp_path / "empty.txt"), ["a", "b"])
 
 
 def test_label_file_that_is_a_fifo_is_a_problem_not_a_hang(tmp_path):

@@ -75,6 +75,8 @@ def labelled_paths(list_path: str, labels: list[str], log=None) -> tuple[list[st
     """The images of a list and their class indexes. Darknet prints `Too many or too few
     labels` and trains on an all-zero truth; we skip those images and say how many."""
     paths = get_paths(list_path)
+    if not paths:
+        raise DataError(f"{list_path}: no usable images (the list names none)")
     idx = np.array([label_index(p, labels) for p in paths], dtype=np.int64)
     bad = int((idx < 0).sum())
     if bad and log:
