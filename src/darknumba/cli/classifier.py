@@ -108,10 +108,15 @@ def valid(data: DataArg, cfg: CfgArg,
 def example(out: Annotated[Path, typer.Argument(help="output folder")],
             n: Annotated[int, typer.Option("--n", min=1, help="number of images")] = 3000,
             valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
-            seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0):
+            seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0,
+            force: Annotated[bool, typer.Option(
+                "--force", help="write into OUT even if it holds train.list, valid.list, "
+                                "labels.txt, shapes5.data, train/ or valid/ (replacing them)")] = False):
     """Write a synthetic 5-class set (32x32 shapes) with its lists, labels and .data file;
     train it with cfg/shapes5-classifier.cfg."""
-    from ..data.classifier_example import make_example
+    from ..data.classifier_example import FILES, make_example
+    from ..outputs import check_not_replacing
+    check_not_replacing([out / f for f in FILES], force, "a data set of yours")
     data = make_example(out, n, valid, seed)
     typer.echo(f"wrote {n} images; data file: {data}")
 

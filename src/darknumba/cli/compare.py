@@ -50,8 +50,13 @@ def compare(
 ):
     """Run CFG + WEIGHTS through darknumba and C darknet; print per-layer max |diff|, max rel diff
     and a verdict, name the first layer past --tol, and exit 1 when any tensor fails."""
+    from ..outputs import check_outputs_not_inputs
     from ..parity.compare import compare_darknet, compare_npz, save_dump
     log = (lambda m: typer.echo(m, err=True))
+    if dump is not None:
+        check_outputs_not_inputs({"--dump": [dump / "darknumba.npz", dump / "darknet.npz"]},
+                                 {"--npz": npz, "the cfg": cfg, "the weights": weights,
+                                  "the image": image, "--truth": truth})
     if darknet is None and npz is None and os.environ.get("DARKNET_DIR"):
         darknet = Path(os.environ["DARKNET_DIR"])
     if (darknet is None) == (npz is None):

@@ -28,12 +28,17 @@ def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help
 def shapes(out: Annotated[Path, typer.Argument(help="output folder")],
            n: Annotated[int, typer.Option("--n", min=1, help="number of images")] = 2000,
            valid: Annotated[float, typer.Option(help="fraction held out for validation")] = 0.2,
-           seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0):
+           seed: Annotated[int, typer.Option(min=0, help="random seed")] = 0,
+           force: Annotated[bool, typer.Option(
+               "--force", help="write into OUT even if it holds train.txt, valid.txt, "
+                               "shapes.data, shapes.names, images/ or labels/ (replacing them)")] = False):
     """Coloured circles, squares and triangles on textured backgrounds, with a train/valid
     split, shapes.data and shapes.names (train it with cfg/shapes-tiny.cfg)."""
     from tqdm import tqdm
 
-    from ..data.synthetic import generate_shapes
+    from ..data.synthetic import FILES, generate_shapes
+    from ..outputs import check_not_replacing
+    check_not_replacing([out / f for f in FILES], force, "a data set of yours")
     with tqdm(total=n, unit="img", leave=False) as bar:
         data = generate_shapes(out, n=n, valid_fraction=valid, seed=seed, progress=bar.update)
     typer.echo(f"wrote {n} images; data file: {data}")

@@ -86,10 +86,26 @@ def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | N
     return out / name
 
 
+def check_detect_outputs(out, json_out, paths: list, inputs: dict, video=None):
+    """Refuse (a UsageError, exit status 2) a drawing (`out`, or the PNGs drawn into it for
+    several images) or a --json file that is one of the images (or the `video`) or other
+    `inputs` (what: path), compared as files: a hard link or a symlink to an input counts."""
+    from ..outputs import check_outputs_not_inputs
+    single, used = len(paths) == 1, set()
+    drawn = ([out] if video is not None else [] if json_out == "-" and out is None else
+             [_out_path(out, Path(p), single, used) for p in paths])
+    check_outputs_not_inputs(
+        {"--out" if out is not None else "the drawing": drawn,
+         "--json": json_out if isinstance(json_out, (str, os.PathLike)) else None},
+        {"the input video": video, "the input image": paths, **inputs})
+
+
 @contextmanager
 def json_lines_to(json_out):
     """Where JSON lines go: stdout for '-', an open text file given (left open), a path
-    (its folder made; closed at the end), or nowhere (None, empty)."""
+    (its folder made; written through a temporary file that replaces it at the end, so an
+    error leaves the previous file), or nowhere (None, empty)."""
+    from ..outputs import atomic_output
     if not json_out:
         yield None
     elif json_out == "-":
@@ -97,8 +113,7 @@ def json_lines_to(json_out):
     elif hasattr(json_out, "write"):
         yield json_out
     else:
-        Path(json_out).parent.mkdir(parents=True, exist_ok=True)
-        with open(json_out, "w") as f:
+        with atomic_output(json_out, "w") as f:
             yield f
 
 
@@ -230,13 +245,17 @@ def detect(
         weights_path = default_weights(cfg_path)
         image_args = args
     video = video_args(image_args)
+    inputs = {"the input": image_args, "the cfg": cfg_path, "the weights": weights_path,
+              "--names": names}
     if video is not None:
+        check_detect_outputs(out, json_out, [], inputs, video)
         detect_video_file({"cfg": cfg_path, "weights": weights_path, "thresh": thresh,
                            "nms": nms, "hier": hier, "names": names,
                            "letterbox": True if letter_box else letterbox, "dialect": dialect,
                            "ext_output": ext_output}, video, out, json_out, batch)
         return
     paths = expand_images(image_args, log=warn) if image_args else [sample_image()]
+    check_detect_outputs(out, json_out, paths, inputs)
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
                         nms=nms, hier=hier, names=names,
                         letterbox=True if letter_box else letterbox, dialect=dialect,

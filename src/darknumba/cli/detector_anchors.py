@@ -25,8 +25,12 @@ def calc_anchors(data: Annotated[Path, typer.Argument(exists=True, dir_okay=Fals
                  thresh: IgnoredThresh = None, out_flag: IgnoredOut = None):
     """k-means of the training boxes (distance 1 - IoU), as AlexeyAB's calc_anchors."""
     from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
+    from ..outputs import atomic_write, check_outputs_not_inputs
     from ..train.anchors import calc_anchors as compute
     dc = read_data_cfg(data)
+    anchors, counters_file = out / "anchors.txt", out / "counters_per_class.txt"
+    check_outputs_not_inputs({"the output": [anchors, counters_file]},
+                             {"the data file": data, "the training list": dc.train})
     issues = DataIssues("skip", log=lambda m: typer.echo(m, err=True))
     ds = DetectionDataset(get_paths(dc.train), dc.classes, issues)
     boxes = np.concatenate([b for b in ds.boxes if len(b)] or [np.zeros((0, 5), np.float32)])
@@ -39,9 +43,8 @@ def calc_anchors(data: Annotated[Path, typer.Argument(exists=True, dir_okay=Fals
                 height, seed)
     counters = ", ".join(str(c) for c in a.counters_per_class)
     line = a.anchors_line(width)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "counters_per_class.txt").write_text(f"counters_per_class = {counters}")
-    (out / "anchors.txt").write_text(line)
+    atomic_write(counters_file, f"counters_per_class = {counters}".encode())
+    atomic_write(anchors, line.encode())
     typer.echo(f" iterations = {a.iterations}")
     typer.echo(f"counters_per_class = {counters}")
     typer.echo(f" avg IoU = {a.avg_iou:2.2f} %")

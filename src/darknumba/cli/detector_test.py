@@ -52,22 +52,28 @@ def detector_test(
     AlexeyAB network detects as its detector test does: stretched to the network unless
     -letter_box or [net] letter_box=1, threshold 0.25, its NMS kind and print order."""
     from ..data.datasets import names_file_of
+    from ..outputs import atomic_output, check_outputs_not_inputs
     from ..vision.detector import Detector, expand_images
     if out is not None and out.lower().endswith(".json"):
         json_out, out = json_out or out, None
     target = None if out is None and json_out == "-" else Path(out or "predictions")
     if target is not None and not target.suffix:
         target = target.with_name(target.name + ".png")
+    outputs = {"-out" if out else "the drawing": target, "--json": json_out}
+    images = expand_images([image])[:1] if image is not None else []
+    check_outputs_not_inputs(outputs, {"the input image": images, "the data file": datacfg,
+                                       "the cfg": cfg, "the weights": weights,
+                                       "the names file": names_file_of(datacfg)})
     detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
                         nms=nms, names=names_file_of(datacfg), dialect=dialect,
                         letterbox=True if letter_box else None, ext_output=ext_output, log=warn,
                         exact=exact, first_run=first_run_mode())
     if thresh is None and detector.alexeyab:
         detector.thresh = 0.25                  # AlexeyAB's detector test default
-    with (open(json_out, "w") if json_out not in (None, "-")
+    with (atomic_output(json_out, "w") if json_out not in (None, "-")
           else contextlib.nullcontext(json_out)) as jf:
         if image is not None:
-            run_detection(detector, expand_images([image])[:1], out=target, json_out=jf)
+            run_detection(detector, images, out=target, json_out=jf)
             return
         while True:
             if jf != "-":
@@ -76,6 +82,7 @@ def detector_test(
             if not line:
                 return
             if line.strip():
+                check_outputs_not_inputs(outputs, {"the input image": line.strip()})
                 run_detection(detector, [Path(line.strip())], out=target, json_out=jf)
 
 

@@ -46,7 +46,9 @@ def onnx(cfg: CfgArg, weights: WeightsArg,
     outputs: `layer_<i>` per [yolo]/[region] head (or the last layer), or `detections`
     (--decode: every candidate; --nms: the kept boxes, docs/fine-tune.md)."""
     from ..export.onnx import compare_with_onnxruntime, build_onnx, export_onnx
+    from ..outputs import check_outputs_not_inputs
     from ..parser import load_network
+    check_outputs_not_inputs({"OUT": out}, {"the cfg": cfg, "the weights": weights})
     net = load_network(str(cfg), str(weights), batch=batch, dialect=dialect)
     kept = (nms_thresh, thresh) if nms else None
     model = export_onnx(net, out, fuse_bn=fuse_bn, decode=decode, dynamic=dynamic, nms=kept)
@@ -95,11 +97,14 @@ def weights_(cfg: CfgArg, weights: WeightsArg,
         raise typer.BadParameter("the one conversion is --fuse-bn (to copy a .weights file, "
                                  "copy it)", param_hint="--fuse-bn")
     from ..export.fold import fold_batchnorm, folded_cfg_text
+    from ..outputs import atomic_write, check_outputs_not_inputs
     from ..parser import load_network
-    from ..weights import atomic_write, save_weights
+    from ..weights import save_weights
+    cfg_out = cfg_out or out.with_suffix(".cfg")
+    check_outputs_not_inputs({"OUT": out, "--cfg-out": cfg_out},
+                             {"the cfg": cfg, "the weights": weights})
     net = load_network(str(cfg), str(weights), batch=1, dialect=dialect)
     layers = fold_batchnorm(net)
-    cfg_out = cfg_out or out.with_suffix(".cfg")
     atomic_write(cfg_out, folded_cfg_text(cfg, layers).encode())
     save_weights(net, out)
     typer.echo(f"folded batch norm into {len(layers)} layers ({net.dialect}'s normaliser); "

@@ -14,7 +14,9 @@ def partial(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, hel
             dialect: DialectOption = None):
     """Save the first N layers' weights (seen reset to 0), for transfer learning. Under the
     alexeyab dialect only those layers are read, as AlexeyAB's partial does."""
+    from ..outputs import check_outputs_not_inputs
     from ..train.detector import partial as cut
+    check_outputs_not_inputs({"OUT": out}, {"the cfg": cfg, "the weights": weights})
     cut(str(cfg), str(weights), str(out), n, log=typer.echo, dialect=dialect)
 
 

@@ -22,7 +22,9 @@ def reset(cfg: CfgArg, weights: WeightsArg, out: OutArg,
     that training gathers them afresh. --clear also restarts `seen` (the iteration count)."""
     from ..parser import load_network
     from ..export.tools import reset_batchnorm
+    from ..outputs import check_outputs_not_inputs
     from ..weights import save_weights
+    check_outputs_not_inputs({"OUT": out}, {"the cfg": cfg, "the weights": weights})
     net = load_network(str(cfg), str(weights), batch=1, dialect=dialect)
     layers = reset_batchnorm(net)
     if clear:
@@ -37,7 +39,9 @@ def average(cfg: CfgArg, out: OutArg,
             dialect: DialectOption = None):
     """Darknet's average: the mean of several .weights files of one cfg (`seen` of the first)."""
     from ..export.tools import average_weights
+    from ..outputs import check_outputs_not_inputs
     from ..weights import save_weights
+    check_outputs_not_inputs({"OUT": out}, {"the cfg": cfg, "the weights": weights})
     net = average_weights(str(cfg), [str(w) for w in weights], dialect=dialect)
     save_weights(net, out)
     typer.echo(f"averaged {len(weights)} files; wrote {out}")
@@ -48,7 +52,9 @@ def rescale(cfg: CfgArg, weights: WeightsArg, out: OutArg, dialect: DialectOptio
     that the network reads [0, 1] images where it was trained on [-1, 1] ones."""
     from ..parser import load_network
     from ..export.tools import rescale_weights
+    from ..outputs import check_outputs_not_inputs
     from ..weights import save_weights
+    check_outputs_not_inputs({"OUT": out}, {"the cfg": cfg, "the weights": weights})
     net = load_network(str(cfg), str(weights), batch=1, dialect=dialect)
     i = rescale_weights(net)
     save_weights(net, out)

@@ -34,7 +34,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..errors import DataError
+from ..errors import DataError, WriteError
+from ..outputs import PendingFile, check_outputs_not_inputs
 
 VIDEO_EXTS = {".mp4", ".m4v", ".mov", ".avi", ".mkv", ".webm", ".mpg", ".mpeg", ".ts",
               ".mts", ".m2ts", ".wmv", ".flv", ".3gp", ".ogv", ".mjpeg", ".y4m"}
@@ -149,14 +150,13 @@ class VideoReader:
 
 # -- writing -----------------------------------------------------------------------------------
 def check_output(path, source=None) -> Path:
-    """An output video path: a suffix with an encoder (ENCODERS) and not the input itself;
-    a DataError says what is wrong."""
+    """An output video path: a suffix with an encoder (ENCODERS; else a DataError) and not
+    the input itself, nor a link to it (a UsageError)."""
     p = Path(path)
     if p.suffix.lower() not in ENCODERS:
         raise DataError(f"the output video {p} needs one of the suffixes "
                         f"{', '.join(sorted(ENCODERS))} (its container and codec)")
-    if source is not None and p.exists() and p.resolve() == Path(source).resolve():
-        raise DataError(f"the output video {p} is the input: give another name")
+    check_outputs_not_inputs({"the output video": p}, {"the input video": source})
     return p
 
 
@@ -165,8 +165,10 @@ class VideoWriter:
     new file at a constant frame rate: H.264 for .mp4/.m4v/.mov/.mkv (4:2:0; 4:4:4 for an odd
     width or height, which 4:2:0 cannot hold), MPEG-4 for .avi, VP9 for .webm.
 
-    The file is created when the writer is made, so an unwritable path fails before any
-    work (an OSError naming it); close() flushes the encoder. Use as a context manager."""
+    The video is encoded into a temporary file beside `path`, created when the writer is
+    made (an unwritable folder fails before any work); close() flushes the encoder and
+    renames it over `path`. A failed write (full disk, file-size limit) or discard() leaves
+    `path` as it was; the error is a WriteError naming it. Use as a context manager."""
 
     def __init__(self, path, width: int, height: int, fps, source=None):
         av = require_av()
@@ -176,10 +178,13 @@ class VideoWriter:
         if codec is None:
             raise DataError(f"no encoder for {self.path.suffix} in this PyAV build (tried "
                             f"{', '.join(tried)})")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.path, "wb"):             # FFmpeg reports an unwritable path only later
-            pass
-        self.container = av.open(os.fspath(self.path), "w")
+        self.pending = PendingFile(self.path)   # FFmpeg reports an unwritable path only later
+        self.pending.close_fd()
+        try:
+            self.container = av.open(self.pending.tmp, "w")     # the format: from the suffix
+        except BaseException:
+            self.pending.discard()
+            raise
         self.stream = self.container.add_stream(codec, rate=Fraction(fps))
         self.stream.width, self.stream.height = int(width), int(height)
         odd = width % 2 or height % 2
@@ -195,25 +200,40 @@ class VideoWriter:
             raise ValueError(f"a frame of shape {a.shape} for a {self.stream.width}x"
                              f"{self.stream.height} video")
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(a), format="rgb24")
-        for packet in self.stream.encode(frame):
-            self.container.mux(packet)
+        try:
+            for packet in self.stream.encode(frame):
+                self.container.mux(packet)
+        except OSError as e:
+            self.discard()
+            raise WriteError(self.path, e) from None
 
     def close(self):
+        """Flush the encoder and put the video in place at `path`."""
         if self.container is None:
             return
         try:
             for packet in self.stream.encode():
                 self.container.mux(packet)
-        finally:
             self.container.close()
-            self.container = None
+        except OSError as e:
+            self.discard()
+            raise WriteError(self.path, e) from None
+        except BaseException:
+            self.discard()
+            raise
+        self.container = None
+        self.pending.commit()
 
     def discard(self):
-        """Close and delete the file (nothing worth keeping was written)."""
+        """Stop and delete what was written: `path` is left as it was."""
         try:
-            self.close()
+            if self.container is not None:
+                self.container.close()
+        except OSError:
+            pass
         finally:
-            self.path.unlink(missing_ok=True)
+            self.container = None
+            self.pending.discard()
 
     def __enter__(self):
         return self
