@@ -192,3 +192,11 @@ def test_label_file_that_is_a_fifo_is_a_problem_not_a_hang(tmp_path):
     issues = DataIssues()
     assert parse_label_file(str(tmp_path / "a.txt"), 3, issues) is None
     assert "named pipe" in str(issues.issues[0]) and issues.issues[0].kind == "unreadable-label"
+
+
+def test_weights_fetch_refuses_what_is_not_a_file_in_the_way(tmp_path, capsys):
+    """The file to check (sha256) and replace is read only when it is a regular one: a FIFO
+    blocked the command, before any download."""
+    os.mkfifo(tmp_path / "yolov3-tiny.weights")
+    msg = one_line_error(capsys, "weights", "fetch", "yolov3-tiny", "--dir", tmp_path)
+    assert "yolov3-tiny.weights" in msg and "named pipe" in msg

