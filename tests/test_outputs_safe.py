@@ -319,7 +319,27 @@ def test_out_or_json_equal_to_the_input_video_is_refused(world, tmp_path, capsys
     assert "is the input video" in err and "(the same file)" in err
     err = refused(capsys, "detect", world["cfg"], world["weights"], clip, "--json", clip)
     assert f"--json {clip} is the input video {clip}:" in err
+    demo = ["detector", "demo", world["data"], world["cfg"], world["weights"], clip]
+    err = refused(capsys, *demo, "--json", tmp_path / "hard.mp4")
+    assert f"--json {tmp_path / 'hard.mp4'} is the input video {clip} (the same file)" in err
+    err = refused(capsys, *demo, "-out_filename", clip)
+    assert f"--out {clip} is the input video {clip}:" in err
     assert clip.read_bytes() == before
+
+
+def test_a_failed_video_run_leaves_the_previous_video(world, tmp_path, capsys, monkeypatch):
+    import darknumba.vision.video as video
+    drawn = tmp_path / "drawn.mp4"
+    drawn.write_bytes(PREVIOUS)
+
+    def broken(*a, **k):
+        yield from ()
+        raise RuntimeError("a frame went wrong")
+    monkeypatch.setattr(video, "detect_video", broken)
+    code, _, err = call(capsys, "detect", world["cfg"], world["weights"], world["clip"], "--out",
+                        drawn, "--json", tmp_path / "d.json")
+    assert code == 3 and "a frame went wrong" in err
+    assert drawn.read_bytes() == PREVIOUS and sorted(os.listdir(tmp_path)) == ["drawn.mp4"]
 
 
 def test_exports_and_tools_refuse_to_write_over_their_inputs(world, tmp_path, capsys):

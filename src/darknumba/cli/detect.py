@@ -245,17 +245,15 @@ def detect(
         weights_path = default_weights(cfg_path)
         image_args = args
     video = video_args(image_args)
-    inputs = {"the input": image_args, "the cfg": cfg_path, "the weights": weights_path,
-              "--names": names}
     if video is not None:
-        check_detect_outputs(out, json_out, [], inputs, video)
         detect_video_file({"cfg": cfg_path, "weights": weights_path, "thresh": thresh,
                            "nms": nms, "hier": hier, "names": names,
                            "letterbox": True if letter_box else letterbox, "dialect": dialect,
                            "ext_output": ext_output}, video, out, json_out, batch)
         return
     paths = expand_images(image_args, log=warn) if image_args else [sample_image()]
-    check_detect_outputs(out, json_out, paths, inputs)
+    check_detect_outputs(out, json_out, paths, {"the input": image_args, "the cfg": cfg_path,
+                                                "the weights": weights_path, "--names": names})
     detector = Detector(cfg_path, weights_path, batch=min(batch, len(paths)), thresh=thresh,
                         nms=nms, hier=hier, names=names,
                         letterbox=True if letter_box else letterbox, dialect=dialect,

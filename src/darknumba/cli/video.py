@@ -46,6 +46,10 @@ def run_video(detector, reader, writer=None, json_out: Optional[str] = None,
                 if jf is not None:
                     jf.write(json.dumps(f.record) + "\n")
                     jf.flush()
+    except BaseException:       # an error or Ctrl-C: the previous video (if any) stays
+        if writer is not None:
+            writer.discard()
+        raise
     finally:
         reader.close()
         if writer is not None:
@@ -64,6 +68,10 @@ def detect_video_file(detector_args: dict, video, out: Optional[Path], json_out,
     run_video."""
     from ..vision.detector import Detector
     from ..vision.video import open_video
+    from .detect import check_detect_outputs
+    check_detect_outputs(out, json_out, [], {"the cfg": detector_args.get("cfg"),
+                                             "the weights": detector_args.get("weights"),
+                                             "--names": detector_args.get("names")}, video)
     reader, writer = open_video(video, out)
     try:
         detector = Detector(**detector_args, batch=batch, log=warn, first_run=first_run_mode())
