@@ -200,3 +200,18 @@ def test_weights_fetch_refuses_what_is_not_a_file_in_the_way(tmp_path, capsys):
     os.mkfifo(tmp_path / "yolov3-tiny.weights")
     msg = one_line_error(capsys, "weights", "fetch", "yolov3-tiny", "--dir", tmp_path)
     assert "yolov3-tiny.weights" in msg and "named pipe" in msg
+
+
+def test_compare_input_tensors_are_checked(tmp_path):
+    from darknumba.errors import DarknumbaError
+    from darknumba.parity.compare import read_floats
+    np.save(tmp_path / "o.npy", np.array([{"a": 1}], dtype=object))
+    np.save(tmp_path / "s.npy", np.array(["a"]))
+    np.save(tmp_path / "g.npy", np.arange(4))
+    for name, expect in [("o.npy", "Object arrays"), ("s.npy", "<U1 values, not numbers"),
+                         ("nope.npy", "No such file")]:
+        with pytest.raises(DarknumbaError, match=expect):
+            read_floats(tmp_path / name, "input")
+    with pytest.raises(DarknumbaError, match="character device"):
+        read_floats("/dev/zero", "input")
+    assert read_floats(tmp_path / "g.npy", "input").tolist() == [0, 1, 2, 3]

@@ -8,6 +8,7 @@ forward, backward, update_network when a full batch is done).
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 from pathlib import Path
@@ -15,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DarknumbaError
+from ..inputs import read_bytes
+from ..textfile import read_text
 from ..outputs import atomic_output
 from .darknet_ref import GRAD_FIELDS, MODES, TRAIN_FORWARD_FIELDS
 from .npz import check_layers, read_npz
@@ -155,11 +158,15 @@ IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".tga", ".gif", ".ppm", ".pgm
 def read_floats(path, what: str) -> np.ndarray:
     """A float32 tensor from .npy, or raw little-endian float32 (.f32, anything else)."""
     path = Path(path)
-    if not path.is_file():
-        raise DarknumbaError(f"{what} file not found: {path}")
+    raw = read_bytes(path, f"{what} file", DarknumbaError, 4 << 30)     # a regular file
     if path.suffix == ".npy":
-        return np.load(path).astype(np.float32).reshape(-1)
-    raw = path.read_bytes()
+        try:                    # no pickled objects (allow_pickle is off), numbers only
+            a = np.load(io.BytesIO(raw))
+            if a.dtype.kind not in "biuf":
+                raise ValueError(f"{a.dtype} values, not numbers")
+        except (ValueError, OSError, EOFError) as e:
+            raise DarknumbaError(f"{path}: not a .npy array of numbers: {e}") from None
+        return a.astype(np.float32).reshape(-1)
     if len(raw) % 4:
         raise DarknumbaError(f"{path}: {len(raw)} bytes is not a whole number of float32 values")
     return np.frombuffer(raw, dtype="<f4").astype(np.float32)
@@ -185,7 +192,7 @@ def read_truth(path, net) -> np.ndarray:
                                  f"networks only; give the truth as raw float32 or .npy")
         size = getattr(last, "truth_size", 5)   # AlexeyAB's yolo: x y w h class track_id
         t = np.zeros(net.truths, np.float32)
-        rows = [ln.split() for ln in path.read_text().splitlines() if ln.strip()]
+        rows = [ln.split() for ln in read_text(path, "truth labels").splitlines() if ln.strip()]
         for k, row in enumerate(rows[: net.truths // size]):
             try:
                 cls, x, y, w, h = int(row[0]), *map(float, row[1:5])
