@@ -14,11 +14,11 @@ no longer computes the original's outputs. Here each dialect folds with its own 
 """
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
 from ..cfg import read_cfg
+from ..errors import CfgError
+from ..inputs import MAX_CFG, read_bytes
 
 FOLDABLE = ("convolutional", "connected")
 
@@ -83,8 +83,7 @@ def folded_cfg_text(cfg_path, layers: list[int]) -> str:
     """The cfg's text with `batch_normalize=0` in the sections of `layers` (layer i is the
     section after [net] numbered i); comments and everything else kept line for line."""
     sections = read_cfg(cfg_path)
-    with open(os.fspath(cfg_path), encoding="utf-8", errors="replace") as f:
-        lines = f.read().splitlines()
+    lines = read_bytes(cfg_path, "cfg file", CfgError, MAX_CFG).decode("utf-8").splitlines()
     for i in layers:
         s = sections[i + 1]
         line = s.lines.get("batch_normalize")
