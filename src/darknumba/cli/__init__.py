@@ -4,9 +4,11 @@ its commands.
 One contract for every command, kept here in `run` and nowhere else:
   0  success
   1  bad input: a DarknumbaError (cfg, weights, data, image ...) or an operating-system error on
-     a user's file (missing, unreadable, disk full), printed as one line naming what and where
-  2  usage: an unknown option, a missing argument, a value of the wrong type (typer's message)
-     or an output that is one of the inputs (errors.UsageError, one line)
+     a user's file (missing, unreadable, disk full), printed as one line naming what and where;
+     a standard output that is closed (`| head -c0`: quietly) or fails (a full disk)
+  2  usage: an unknown option, a missing argument, a value of the wrong type or a count of zero
+     (typer's message), an output that is one of the inputs (errors.UsageError, one line), a
+     command that is not data-parallel started by mpirun with more than one rank
   3  internal error: a bug in darknumba; one line says so and how to report it
   130 interrupted (Ctrl-C; training saves a checkpoint first)
 `--debug` (or DARKNUMBA_DEBUG=1) prints the traceback as well.
