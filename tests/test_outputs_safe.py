@@ -389,3 +389,19 @@ def test_data_shapes_keeps_a_folders_own_lists_unless_forced(tmp_path, capsys):
     assert code == 0, err           # train.txt is not one of its files: nothing to replace
     code, _, err = call(capsys, "classifier", "example", folder, "--n", "2")
     assert code == 2 and "already exist" in err and "--force" in err, err
+
+
+def test_training_refuses_a_backup_folder_whose_outputs_are_its_inputs(world, tmp_path, capsys):
+    """A checkpoint name that is a link to the cfg or the .data file (a resumed run's own
+    <cfg>.backup as the starting weights is fine: it is read whole, then replaced by rename)."""
+    backup = tmp_path / "b"
+    backup.mkdir()
+    os.symlink(world["cfg"], backup / "small_1000.weights")
+    err = refused(capsys, "detector", "train", world["data"], world["cfg"], "--backup", backup,
+                  "--no-progress", "--no-chart")
+    assert (f"the training output {backup / 'small_1000.weights'} is the cfg {world['cfg']} "
+            f"(the same file)") in err
+    os.unlink(backup / "small_1000.weights")
+    os.link(world["data"], backup / "small_history.csv")
+    err = refused(capsys, "detector", "train", world["data"], world["cfg"], "--backup", backup)
+    assert "is the data file" in err

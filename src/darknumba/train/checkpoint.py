@@ -15,7 +15,7 @@ import os
 import time
 
 from ..errors import DarknumbaError
-from ..outputs import TEMP_NAME
+from ..outputs import TEMP_NAME, check_outputs_not_inputs
 from ..weights import save_weights
 
 STARTED = time.time()       # when this process imported the training code
@@ -47,6 +47,21 @@ def remove_stale_temps(folder, log=None) -> list[str]:
         log(f"removed {len(removed)} unfinished checkpoint file(s) left by an interrupted run "
             f"in {folder}")
     return removed
+
+
+def check_backups_not_inputs(folder, base: str, inputs: dict):
+    """Refuse (a UsageError) a backup folder where a file this run writes (<base>.backup,
+    <base>_*.weights, <base>_history.csv, chart.png) is already one of `inputs` (what: path;
+    the cfg, the .data file, its lists), a hard link or symlink included. The starting weights
+    are not among them: a run resumed from its own <base>.backup replaces it, after reading it
+    whole, through a temporary file and a rename."""
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return
+    ours = [os.path.join(folder, n) for n in names if n == "chart.png" or n.startswith(base)
+            and n.endswith((".backup", ".weights", "_history.csv"))]
+    check_outputs_not_inputs({"the training output": ours}, inputs)
 
 
 def save_checkpoint(net, path, previous: str | None):

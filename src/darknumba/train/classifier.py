@@ -27,7 +27,7 @@ from ..data.datasets import data_int, get_paths, read_data_cfg, read_list
 from ..errors import DarknumbaError, DataError
 from ..vision.augment import rand_scale, rand_uniform, random_distort_image
 from ..vision.image import letterbox_image, load_image, resize_image
-from .checkpoint import remove_stale_temps, save_checkpoint
+from .checkpoint import check_backups_not_inputs, remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
 from .history import Progress, TrainingHistory
 from .lock import holds_backup_lock, lock_backup
@@ -261,6 +261,9 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
     lock_backup(backup, log, par.is_root)      # one training per folder (lock.py)
     os.makedirs(backup, exist_ok=True)
     remove_stale_temps(backup, log=lambda m: log(m, file=sys.stderr))
+    check_backups_not_inputs(backup, base, {"the cfg": cfgfile, "the data file": datacfg,
+                                            "the training list": dc.train,
+                                            "the valid list": dc.valid})
     imgs = net.batch * net.subdivisions
     aug = ClassifierAugment.from_network(net, cfgfile)
     N = len(paths)

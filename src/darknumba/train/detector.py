@@ -27,7 +27,7 @@ from ..vision.augment_ab import AbAugmentConfig
 from ..weights import load_weights, peek_version, plan_weights, save_weights
 from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
                        iteration_line, refuse_dynamic_minibatch)
-from .checkpoint import remove_stale_temps, save_checkpoint
+from .checkpoint import check_backups_not_inputs, remove_stale_temps, save_checkpoint
 from .history import Progress, TrainingHistory
 from .lock import holds_backup_lock, lock_backup
 
@@ -238,6 +238,9 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     lock_backup(backup_dir, log, getattr(opts.parallel, "is_root", True))    # lock.py
     os.makedirs(backup_dir, exist_ok=True)
     remove_stale_temps(backup_dir, log=lambda m: log(m, file=sys.stderr))
+    check_backups_not_inputs(backup_dir, base, {
+        "the cfg": cfgfile, "the data file": datacfg, "the training list": train_list,
+        "the valid list": dc.resolve(dc.valid), "the names file": dc.resolve(dc.names)})
 
     from .data_parallel import OneProcess
     par = opts.parallel or OneProcess()

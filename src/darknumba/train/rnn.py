@@ -26,7 +26,7 @@ import numpy as np
 from ..errors import CfgError, DarknumbaError, DataError
 from ..inputs import MAX_TEXT, read_bytes
 from ..parser import load_network
-from .checkpoint import remove_stale_temps, save_checkpoint
+from .checkpoint import check_backups_not_inputs, remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
 from .history import Progress
 from .lock import holds_backup_lock, lock_backup
@@ -138,6 +138,7 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
             f"{net.decay:g}, Inputs: {net.inputs} {net.batch} {steps}", file=sys.stderr)
     os.makedirs(opts.backup, exist_ok=True)
     remove_stale_temps(opts.backup, log=lambda m: log(m, file=sys.stderr))
+    check_backups_not_inputs(opts.backup, base, {"the cfg": cfgfile, "the text": textfile})
     written = []
 
     def save(name):
