@@ -57,6 +57,70 @@ SECTION_ALIASES = {"conv": "convolutional", "max": "maxpool", "network": "net",
 
 
 @dataclass(frozen=True)
+class Defaults:
+    """What a dialect's commands use when the user gives no option: each field follows one line
+    of that Darknet's C source (docs/alexeyab-defaults.md names the file, function and
+    expression). An option the user gives always wins."""
+    # -- detection: `detect`, `detector test`, `detector demo` -------------------------------------
+    detect_thresh: float            # `detect`: darknet.c main(), -thresh
+    test_thresh: float              # `detector test|demo`: run_detector(), -thresh
+    # letterbox the image to the network (pjreddie's test_detector always does); False: stretch
+    # it (AlexeyAB's resize_image), unless [net] letter_box=1 or -letter_box
+    letterbox: bool
+    hier_thresh: float = 0.5        # run_detector() -hier; `detect` passes .5
+    nms: float = 0.45               # test_detector(): nms = .45
+    # -- evaluation: `detector valid`, `recall`, `map` ----------------------------------------------
+    valid_thresh: float = 0.005     # validate_detector(): thresh
+    valid_nms: float = 0.45         # validate_detector(): nms
+    recall_thresh: float = 0.001    # validate_detector_recall(): thresh (both)
+    recall_nms: float = 0.4         # validate_detector_recall(): nms (both)
+    recall_iou_thresh: float = 0.5  # validate_detector_recall(): iou_thresh (both)
+    map_thresh: float = 0.25        # `map` and -map: run_detector()'s -thresh (AlexeyAB's)
+    map_iou_thresh: float = 0.5     # run_detector() -iou_thresh
+    map_points: int = 0             # run_detector() -points: 0 = area under the curve
+    map_det_thresh: float = 0.005   # validate_detector_map(): thresh (the candidates kept)
+    map_nms: float = 0.45           # validate_detector_map(): nms
+    # -- training checkpoints -------------------------------------------------------------------
+    # pjreddie (train_detector): <cfg>.backup every `backup_every`; <cfg>_<i>.weights every
+    # `weights_every` below `weights_until`, then every `weights_every_after`
+    backup_every: int = 100
+    weights_every: int = 100
+    weights_until: int = 1000
+    weights_every_after: int = 10000
+    # AlexeyAB (train_detector): <cfg>_last.weights every `save_last` (.data savelast=);
+    # <cfg>_<i>.weights every `save_weights` (.data saveweights=), `save_weights_large` when
+    # max_batches >= `save_weights_large_from`
+    save_last: int = 100
+    save_weights: int = 1000
+    save_weights_large: int = 10000
+    save_weights_large_from: int = 10000
+    # -map: every max(map_epochs x train images / batch, map_min_every) iterations, not before
+    # burn_in, and at max_batches
+    map_epochs: int = 4             # run_detector() -mAP_epochs
+    map_min_every: int = 100        # train_detector(): fmax(calc_map_for_each, 100)
+    # EMA (ema_alpha > 0, train_network_waitkey): from max_batches // ema_start_divisor, applied
+    # at max_batches - ema_apply_before_end
+    ema_start_divisor: int = 2
+    ema_apply_before_end: int = 1000
+
+
+# whose defaults, by dialect (docs/alexeyab-defaults.md: the C line of every field)
+DEFAULTS = {
+    "pjreddie": Defaults(detect_thresh=0.5, test_thresh=0.5, letterbox=True),
+    "alexeyab": Defaults(detect_thresh=0.24, test_thresh=0.25, letterbox=False,
+                         valid_thresh=0.001, valid_nms=0.6),
+}
+
+
+def defaults_for(dialect: str | None = None) -> Defaults:
+    """The command defaults of `dialect` ("pjreddie" when None)."""
+    dialect = dialect or "pjreddie"
+    if dialect not in DEFAULTS:
+        raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, not {dialect!r}")
+    return DEFAULTS[dialect]
+
+
+@dataclass(frozen=True)
 class Quirks:
     dialect: str = "pjreddie"
     compat: str | None = None
@@ -123,6 +187,11 @@ class Quirks:
     # its detections, NMS kinds and loss (iou_loss, ignore rule, iou_thresh, ...); without it
     # AlexeyAB's [yolo] keys are refused
     yolo_alexeyab: bool = False
+
+    @property
+    def defaults(self) -> Defaults:
+        """The dialect's command defaults (thresholds, letterbox, checkpoint cadence)."""
+        return DEFAULTS[self.dialect]
 
     @property
     def name(self) -> str:

@@ -195,15 +195,17 @@ def detect(
         help="images, folders, globs, or .txt lists of paths (default: a sample photo); or "
              "one video file (.mp4, .avi, .mkv, .mov, .webm ...; needs darknumba[video])",
         show_default=False)] = None,
-    thresh: Annotated[float, typer.Option(
+    thresh: Annotated[Optional[float], typer.Option(
         "--thresh", "-thresh", callback=not_nan,
-        help="print boxes whose class probability is > this")] = 0.5,
-    nms: Annotated[float, typer.Option(
+        help="print boxes whose class probability is > this (default: the dialect's `detect` "
+             "threshold: pjreddie 0.5, AlexeyAB 0.24)", show_default=False)] = None,
+    nms: Annotated[Optional[float], typer.Option(
         callback=not_nan, help="IoU above which a less probable box of the same class is "
-                               "suppressed (0: no NMS)")] = 0.45,
-    hier: Annotated[float, typer.Option(
+                               "suppressed (0: no NMS; default 0.45)", show_default=False)] = None,
+    hier: Annotated[Optional[float], typer.Option(
         callback=not_nan, help="hierarchical threshold (only region layers with a class tree "
-                               "use it; none on yolo outputs)")] = 0.5,
+                               "use it; none on yolo outputs; default 0.5)",
+        show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option(
         "--out", "-out", help="one image: the PNG to draw (default predictions.png); several: "
         "a folder for one PNG each (default: none drawn); a video: the video to draw (.mp4, "
@@ -229,7 +231,9 @@ def detect(
     exact: ExactOption = None,
 ):
     """Detect objects as `./darknet detect` does: prints `name: NN%` per box and class, draws
-    the boxes. With no arguments, runs yolov3-tiny on a sample photo."""
+    the boxes. With no arguments, runs yolov3-tiny on a sample photo. Defaults follow the
+    network's dialect (docs/alexeyab-defaults.md): pjreddie's threshold 0.5 and letterbox;
+    AlexeyAB's 0.24, stretched to the network unless [net] letter_box=1 or -letter_box."""
     from ..vision.detector import Detector, expand_images
     from .video import detect_video_file, video_args
     args = [a for a in (cfg, str(weights) if weights is not None else None) if a is not None]
@@ -249,7 +253,8 @@ def detect(
         detect_video_file({"cfg": cfg_path, "weights": weights_path, "thresh": thresh,
                            "nms": nms, "hier": hier, "names": names,
                            "letterbox": True if letter_box else letterbox, "dialect": dialect,
-                           "ext_output": ext_output}, video, out, json_out, batch)
+                           "ext_output": ext_output}, video, out, json_out, batch,
+                          thresh_default="detect_thresh")
         return
     paths = expand_images(image_args, log=warn) if image_args else [sample_image()]
     check_detect_outputs(out, json_out, paths, {"the input": image_args, "the cfg": cfg_path,
@@ -259,6 +264,8 @@ def detect(
                         letterbox=True if letter_box else letterbox, dialect=dialect,
                         ext_output=ext_output, log=warn, exact=exact,
                         first_run=first_run_mode())
+    if thresh is None:      # the dialect's `detect` threshold, not its `detector test` one
+        detector.thresh = detector.defaults.detect_thresh
     run_detection(detector, paths, out=out, json_out=json_out)
 
 

@@ -60,8 +60,12 @@ def detector_demo(
     thresh: Annotated[Optional[float], typer.Option(
         callback=not_nan, help="class probability threshold (or -thresh; default 0.5, "
                                "AlexeyAB's 0.25)", show_default=False)] = None,
-    hier: Annotated[float, typer.Option(callback=not_nan, help="hierarchical threshold (or -hier)")] = 0.5,
-    nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU threshold (or -nms)")] = 0.45,
+    hier: Annotated[Optional[float], typer.Option(
+        callback=not_nan, help="hierarchical threshold (or -hier; default 0.5)",
+        show_default=False)] = None,
+    nms: Annotated[Optional[float], typer.Option(
+        callback=not_nan, help="NMS IoU threshold (or -nms; default 0.45)",
+        show_default=False)] = None,
     out_filename: Annotated[Optional[Path], typer.Option(
         "--out-filename", help="write the drawn video here (or -out_filename; .mp4, .avi, "
                                ".mkv, .mov, .webm; default: none)", show_default=False)] = None,
@@ -83,14 +87,13 @@ def detector_demo(
         raise DataError("detector demo reads a video file: give VIDEO after WEIGHTS (cameras "
                         "are not supported)")
     out = Path(flags["out_filename"]) if "out_filename" in flags else out_filename
-    args = {"cfg": cfg, "weights": weights, "thresh": 0.5 if thresh is None else thresh,
+    args = {"cfg": cfg, "weights": weights, "thresh": thresh,
             "hier": hier, "nms": nms, "names": names_file_of(datacfg), "dialect": dialect,
             "letterbox": True if flags.get("letter_box") else None,
             "ext_output": bool(flags.get("ext_output"))}
     if json_out != "-":
         typer.echo(f"video file: {video}")
-    detect_video_file(args, video, out, json_out, batch, demo=True,
-                      alexeyab_thresh=0.25 if thresh is None else None)   # AlexeyAB's default
+    detect_video_file(args, video, out, json_out, batch, demo=True)
 
 
 def register(app: typer.Typer):

@@ -26,10 +26,14 @@ def detector_test(
         show_default=False)] = None,
     thresh: Annotated[Optional[float], typer.Option(
         "--thresh", "-thresh", callback=not_nan,
-        help="class probability threshold (default 0.5, AlexeyAB's 0.25)",
+        help="class probability threshold (default: pjreddie 0.5, AlexeyAB 0.25)",
         show_default=False)] = None,
-    hier: Annotated[float, typer.Option("--hier", "-hier", callback=not_nan, help="hierarchical threshold")] = 0.5,
-    nms: Annotated[float, typer.Option("--nms", "-nms", callback=not_nan, help="NMS IoU threshold")] = 0.45,
+    hier: Annotated[Optional[float], typer.Option(
+        "--hier", "-hier", callback=not_nan, help="hierarchical threshold (default 0.5)",
+        show_default=False)] = None,
+    nms: Annotated[Optional[float], typer.Option(
+        "--nms", "-nms", callback=not_nan, help="NMS IoU threshold (default 0.45)",
+        show_default=False)] = None,
     out: Annotated[Optional[str], typer.Option(
         "--out", "-out",
         help="drawing, PNG; `.png` is added when the name has no suffix (default "
@@ -64,12 +68,11 @@ def detector_test(
     check_outputs_not_inputs(outputs, {"the input image": images, "the data file": datacfg,
                                        "the cfg": cfg, "the weights": weights,
                                        "the names file": names_file_of(datacfg)})
-    detector = Detector(cfg, weights, thresh=0.5 if thresh is None else thresh, hier=hier,
-                        nms=nms, names=names_file_of(datacfg), dialect=dialect,
+    # None: the dialect's `detector test` defaults (dialect.Defaults)
+    detector = Detector(cfg, weights, thresh=thresh, hier=hier, nms=nms,
+                        names=names_file_of(datacfg), dialect=dialect,
                         letterbox=True if letter_box else None, ext_output=ext_output, log=warn,
                         exact=exact, first_run=first_run_mode())
-    if thresh is None and detector.alexeyab:
-        detector.thresh = 0.25                  # AlexeyAB's detector test default
     with (atomic_output(json_out, "w") if json_out not in (None, "-")
           else contextlib.nullcontext(json_out)) as jf:
         if image is not None:

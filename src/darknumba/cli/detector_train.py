@@ -8,6 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..dialect import defaults_for
 from .darknet_flags import DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut
 from .detector import detector_app
 from .options import CheckEveryOption, DialectOption, ExactOption, MpiTimeoutOption, SyncBnOption, not_nan
@@ -15,6 +16,7 @@ from .options import CheckEveryOption, DialectOption, ExactOption, MpiTimeoutOpt
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
 WeightsArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")]
+PJ, AB = defaults_for("pjreddie"), defaults_for("alexeyab")     # dialect.Defaults
 
 
 def train(data: DataArg, cfg: CfgArg,
@@ -29,16 +31,16 @@ def train(data: DataArg, cfg: CfgArg,
           chart: Annotated[bool, typer.Option(help="draw chart.png in the backup folder (needs matplotlib)")] = True,
           backup: Annotated[Path | None, typer.Option(help="checkpoint folder (default: the .data file's backup)")] = None,
           max_batches: Annotated[int | None, typer.Option(min=1, help="override [net] max_batches")] = None,
-          checkpoint_every: Annotated[int, typer.Option(min=1, help="pjreddie dialect: <cfg>_<iter>.weights every N iterations ... (alexeyab: saveweights= and savelast= in the .data file)")] = 100,
-          checkpoint_until: Annotated[int, typer.Option(min=0, help="... below this iteration ...")] = 1000,
-          checkpoint_every_after: Annotated[int, typer.Option(min=1, help="... then every N")] = 10000,
-          backup_every: Annotated[int, typer.Option(min=1, help="pjreddie dialect: <cfg>.backup every N iterations")] = 100,
+          checkpoint_every: Annotated[int, typer.Option(min=1, help="pjreddie dialect: <cfg>_<iter>.weights every N iterations ... (alexeyab: saveweights= and savelast= in the .data file)")] = PJ.weights_every,
+          checkpoint_until: Annotated[int, typer.Option(min=0, help="... below this iteration ...")] = PJ.weights_until,
+          checkpoint_every_after: Annotated[int, typer.Option(min=1, help="... then every N")] = PJ.weights_every_after,
+          backup_every: Annotated[int, typer.Option(min=1, help="pjreddie dialect: <cfg>.backup every N iterations")] = PJ.backup_every,
           letterbox: Annotated[bool, typer.Option(help="place training images letterboxed instead of Darknet's jitter crop (alexeyab: as [net] letter_box=1)")] = False,
           map_every: Annotated[int, typer.Option(min=0, help="measure mAP@0.5 on the valid list every N iterations (0: never); <cfg>_best.weights when it improves")] = 0,
           map_flag: Annotated[bool, typer.Option("--map", "-map", help="AlexeyAB's -map: mAP@0.5 every 4 epochs, at least 100 iterations apart, not before burn_in, and at the end; <cfg>_best.weights when it improves")] = False,
-          map_epochs: Annotated[int, typer.Option("--map-epochs", "-mAP_epochs", min=1, help="-map: epochs between measurements")] = 4,
+          map_epochs: Annotated[int, typer.Option("--map-epochs", "-mAP_epochs", min=1, help="-map: epochs between measurements")] = AB.map_epochs,
           dialect: DialectOption = None,
-          map_thresh: Annotated[float, typer.Option("--map-thresh", "-thresh", callback=not_nan, help="mAP during training: the confidence of its precision/recall/F1/IoU lines (AlexeyAB's -thresh)")] = 0.25,
+          map_thresh: Annotated[float, typer.Option("--map-thresh", "-thresh", callback=not_nan, help="mAP during training: the confidence of its precision/recall/F1/IoU lines (AlexeyAB's -thresh)")] = AB.map_thresh,
           dont_show: DontShow = False,
           ext_output: IgnoredExtOutput = False,
           out_flag: IgnoredOut = None,
@@ -118,9 +120,9 @@ def _warn(msg):
 
 
 def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
-         thresh: Annotated[float, typer.Option("--thresh", "-thresh", callback=not_nan, help="confidence for precision/recall/F1/IoU")] = 0.25,
-         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", callback=not_nan, help="IoU for a true positive (mAP@IoU)")] = 0.5,
-         points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = 0,
+         thresh: Annotated[float, typer.Option("--thresh", "-thresh", callback=not_nan, help="confidence for precision/recall/F1/IoU")] = AB.map_thresh,
+         iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", callback=not_nan, help="IoU for a true positive (mAP@IoU)")] = AB.map_iou_thresh,
+         points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = AB.map_points,
          dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
          map_flag: IgnoredMap = False, clear: IgnoredClear = False, out_flag: IgnoredOut = None):
     """AlexeyAB's map: per-class AP and TP/FP, P/R/F1/avg IoU at --thresh, mAP@--iou-thresh by
@@ -141,9 +143,9 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 
 
 def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
-           thresh: Annotated[float, typer.Option(callback=not_nan, help="objectness for a proposal")] = 0.001,
-           iou_thresh: Annotated[float, typer.Option(callback=not_nan, help="IoU for a truth to count as found")] = 0.5,
-           nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.4,
+           thresh: Annotated[float, typer.Option(callback=not_nan, help="objectness for a proposal")] = PJ.recall_thresh,
+           iou_thresh: Annotated[float, typer.Option(callback=not_nan, help="IoU for a truth to count as found")] = PJ.recall_iou_thresh,
+           nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = PJ.recall_nms,
            dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
            map_flag: IgnoredMap = False, clear: IgnoredClear = False,
            thresh_flag: Annotated[Optional[float], typer.Option("-thresh", help="Darknet's -thresh: accepted and ignored (Darknet's recall uses a fixed .001; --thresh sets it here)", show_default=False)] = None,
@@ -161,8 +163,8 @@ def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
 def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
           out: Annotated[Path, typer.Option(help="results folder")] = Path("results"),
           prefix: Annotated[str, typer.Option("--prefix", "-out", help="per-class file prefix (Darknet's -out)")] = "comp4_det_test_",
-          thresh: Annotated[float, typer.Option(callback=not_nan, help="probability threshold")] = 0.005,
-          nms: Annotated[float, typer.Option(callback=not_nan, help="NMS IoU")] = 0.45,
+          thresh: Annotated[Optional[float], typer.Option(callback=not_nan, help="probability threshold (default: pjreddie 0.005, AlexeyAB 0.001)", show_default=False)] = None,
+          nms: Annotated[Optional[float], typer.Option(callback=not_nan, help="NMS IoU (default: pjreddie 0.45, AlexeyAB 0.6)", show_default=False)] = None,
           dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
           map_flag: IgnoredMap = False, clear: IgnoredClear = False,
           thresh_flag: Annotated[Optional[float], typer.Option("-thresh", help="Darknet's -thresh: accepted and ignored (Darknet's valid uses a fixed .005; --thresh sets it here)", show_default=False)] = None):
@@ -180,6 +182,8 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
         raise DataError(f"{data}: no `valid` list")
     paths = get_paths(dc.resolve(dc.valid))
     net = _net(cfg, weights, dc)
+    d = net.quirks.defaults         # validate_detector's thresh and nms of the dialect
+    thresh, nms = d.valid_thresh if thresh is None else thresh, d.valid_nms if nms is None else nms
     coco = dc.eval == "coco"
     with _bar(len(paths), "valid") as bar:
         written = validate_detector(net, paths, names, out, prefix, thresh, nms, coco, bar.update)

@@ -62,10 +62,10 @@ def run_video(detector, reader, writer=None, json_out: Optional[str] = None,
 
 
 def detect_video_file(detector_args: dict, video, out: Optional[Path], json_out, batch: int,
-                      demo: bool = False, alexeyab_thresh: Optional[float] = None) -> int:
+                      demo: bool = False, thresh_default: str = "test_thresh") -> int:
     """Open the video (and its output), build the Detector from `detector_args` at `batch`
-    frames per forward pass (an AlexeyAB network at `alexeyab_thresh` when given), and
-    run_video."""
+    frames per forward pass (a thresh of None: the dialect's `thresh_default`, a field of
+    dialect.Defaults), and run_video."""
     from ..vision.detector import Detector
     from ..vision.video import open_video
     from .detect import check_detect_outputs
@@ -80,8 +80,8 @@ def detect_video_file(detector_args: dict, video, out: Optional[Path], json_out,
         if writer is not None:
             writer.discard()
         raise
-    if alexeyab_thresh is not None and detector.alexeyab:
-        detector.thresh = alexeyab_thresh
+    if detector_args.get("thresh") is None:
+        detector.thresh = getattr(detector.defaults, thresh_default)
     if out is None and json_out is None and not demo:
         warn("no --out: the drawn video is not written")
     return run_video(detector, reader, writer, json_out, demo)

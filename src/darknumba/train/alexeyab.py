@@ -2,7 +2,8 @@
 checkpoints are written when, when `-map` measures mAP, the weights' moving average, and the
 lines it prints.
 
-Checkpoints under the alexeyab dialect (all in the backup folder, <cfg> the cfg's name):
+Checkpoints under the alexeyab dialect (all in the backup folder, <cfg> the cfg's name; the
+cadences are dialect.Defaults fields, AB below):
   <cfg>_last.weights   every `savelast` iterations (.data file, default 100)
   <cfg>_<iter>.weights every `saveweights` iterations (default 1000, or 10000 when
                        max_batches >= 10000), counted from the start of the run
@@ -15,9 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..data.datasets import DetectionDataset, get_paths
+from ..dialect import defaults_for
 from ..errors import DarknumbaError
 from ..parser import load_network
 from .checkpoint import save_checkpoint
+
+AB = defaults_for("alexeyab")
 
 
 class AbSchedule:
@@ -38,8 +42,10 @@ class AbSchedule:
     def from_data(cls, dc, max_batches: int, start: int):
         """The .data file's `saveweights` and `savelast`, with AlexeyAB's defaults."""
         opts = dc.options
-        save_after = int(opts.get("saveweights", 1000 if max_batches < 10000 else 10000))
-        return cls(save_after, int(opts.get("savelast", 100)), start)
+        save_after = int(opts.get("saveweights", AB.save_weights
+                                  if max_batches < AB.save_weights_large_from
+                                  else AB.save_weights_large))
+        return cls(save_after, int(opts.get("savelast", AB.save_last)), start)
 
     def due(self, i: int) -> list[str]:
         """The names (after <cfg>) to write at iteration i, in AlexeyAB's order."""
@@ -61,9 +67,9 @@ class MapSchedule:
     at max_batches."""
 
     def __init__(self, every: int, train_images: int, imgs: int, burn_in: int,
-                 max_batches: int, start: int, epochs: int = 4):
+                 max_batches: int, start: int, epochs: int = AB.map_epochs):
         self.every, self.burn_in, self.max_batches = every, burn_in, max_batches
-        self.each = max(epochs * train_images // imgs, 100)
+        self.each = max(epochs * train_images // imgs, AB.map_min_every)
         self.last = start
 
     @property
@@ -89,7 +95,7 @@ class TrainingMap:
     kept."""
 
     def __init__(self, dc, cfgfile, issues, dialect: str, schedule: MapSchedule,
-                 iou_thresh: float = 0.5, thresh: float = 0.25):
+                 iou_thresh: float = AB.map_iou_thresh, thresh: float = AB.map_thresh):
         lst = dc.resolve(dc.valid)
         if not lst:
             raise DarknumbaError(f"{dc.path}: mAP during training needs a `valid` list")
@@ -140,8 +146,8 @@ class Ema:
 
     def __init__(self, net):
         self.alpha = np.float32(net.ema_alpha)
-        self.start = net.max_batches // 2
-        self.apply_at = net.max_batches - 1000
+        self.start = net.max_batches // AB.ema_start_divisor
+        self.apply_at = net.max_batches - AB.ema_apply_before_end
         recs = [(name, arr) for l in net.layers if l.type == "convolutional"
                 for name, arr in l.weight_records() if name in self.FIELDS]
         self.pairs = [(arr, np.zeros_like(arr)) for _, arr in recs]    # (live, average)

@@ -20,12 +20,13 @@ import numpy as np
 
 from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
 from ..data.loader import AbMultiScale, DetectionLoader, MultiScale
+from ..dialect import defaults_for
 from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
 from ..vision.augment_ab import AbAugmentConfig
 from ..weights import load_weights, peek_version, plan_weights, save_weights
-from .alexeyab import (AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
+from .alexeyab import (AB, AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
                        iteration_line, refuse_dynamic_minibatch)
 from .checkpoint import check_backups_not_inputs, remove_stale_temps, save_checkpoint
 from .history import Progress, TrainingHistory
@@ -36,14 +37,17 @@ class TrainingStopped(DarknumbaError):
     """The run stopped on a NaN/Inf loss; the message names the iteration and the layer."""
 
 
+PJ = defaults_for("pjreddie")
+
+
 @dataclass
 class Schedule:
-    """When to write checkpoints (Darknet: `_<iter>.weights` every 100 below 1000, then every
-    10000; `.backup` every 100)."""
-    every: int = 100
-    until: int = 1000
-    every_after: int = 10000
-    backup_every: int = 100
+    """When to write checkpoints (pjreddie's Darknet: `_<iter>.weights` every 100 below 1000,
+    then every 10000; `.backup` every 100: dialect.Defaults)."""
+    every: int = PJ.weights_every
+    until: int = PJ.weights_until
+    every_after: int = PJ.weights_every_after
+    backup_every: int = PJ.backup_every
 
     def weights_due(self, i: int) -> bool:
         return i % self.every_after == 0 or (i < self.until and i % self.every == 0)
@@ -81,8 +85,9 @@ class TrainOptions:
     letterbox: bool = False        # place images letterboxed instead of Darknet's jitter crop
     map_every: int = 0             # mAP@0.5 on the valid list every N iterations (0: never,
                                    # -1: AlexeyAB's -map rule, see alexeyab.MapSchedule)
-    map_epochs: int = 4            # -map: every map_epochs passes over the training images
-    map_thresh: float = 0.25       # -map: the confidence of its precision/recall lines (-thresh)
+    map_epochs: int = AB.map_epochs    # -map: every map_epochs passes over the training images
+    map_thresh: float = AB.map_thresh  # -map: the confidence of its precision/recall lines
+                                       # (-thresh)
     parallel: object = None        # data_parallel.DataParallel to train on MPI ranks (None: one
                                    # process)
 

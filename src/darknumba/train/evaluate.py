@@ -33,9 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
+from ..dialect import defaults_for
 from ..errors import DataError
 from ..outputs import atomic_output, atomic_write
 from .cocoeval import CocoEval, coco_evaluate
+
+AB = defaults_for("alexeyab")      # validate_detector_map's defaults (dialect.Defaults)
 
 
 def box_iou(a, b) -> np.ndarray:
@@ -266,8 +269,9 @@ def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
         yield k, p.source, (p.image.shape[2], p.image.shape[1]), d.bbox, d.prob, d.objectness
 
 
-def evaluate_map(net, paths, truths, classes, names=None, thresh=0.25, iou_thresh=0.5,
-                 det_thresh=0.005, nms=0.45, progress=None, points=0) -> MapResult:
+def evaluate_map(net, paths, truths, classes, names=None, thresh=AB.map_thresh,
+                 iou_thresh=AB.map_iou_thresh, det_thresh=AB.map_det_thresh, nms=AB.map_nms,
+                 progress=None, points=AB.map_points) -> MapResult:
     """validate_detector_map over images `paths` with label rows `truths`."""
     rows, sizes = [], []
     for k, _, size, boxes, probs, _ in detect_list(net, paths, det_thresh, nms, progress):

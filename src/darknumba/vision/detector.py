@@ -314,16 +314,19 @@ class Detector:
     forward pass, for `dialect`), or an already loaded Network (used at its own batch).
     thresh: class probability a detection must exceed; nms: IoU above which a less probable
     box of the same class is suppressed (0: none); hier: the class-tree threshold of [region]
-    layers with tree=; names: the class names, a list or a names file (None: coco.names beside
-    the cfg or in cfg/, else numbers); letterbox: keep the aspect ratio, else stretch (None:
-    the dialect's rule: pjreddie letterboxes; AlexeyAB stretches unless [net] letter_box=1);
+    layers with tree= (each None: the dialect's `detector test` default, dialect.Defaults:
+    thresh pjreddie 0.5, AlexeyAB 0.25; nms 0.45; hier 0.5); names: the class names, a list
+    or a names file (None: coco.names beside the cfg or in cfg/, else numbers); letterbox:
+    keep the aspect ratio, else stretch (None: the dialect's rule: pjreddie letterboxes;
+    AlexeyAB stretches unless [net] letter_box=1);
     ext_output: lines with AlexeyAB's box coordinates. An AlexeyAB network prints and orders
     its records as AlexeyAB's draw_detections_v3. `log` receives notices (default: stderr).
     exact: True runs every convolution as im2col + GEMM (as Darknet), False lets the larger 3x3
     ones take Winograd, None: load_network's default (Winograd unless DARKNUMBA_EXACT=1)."""
 
-    def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float = 0.5,
-                 nms: float = 0.45, hier: float = 0.5, names=None, letterbox: bool | None = None,
+    def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float | None = 0.5,
+                 nms: float | None = 0.45, hier: float | None = 0.5, names=None,
+                 letterbox: bool | None = None,
                  dialect: str | None = None, ext_output: bool = False,
                  log: Callable[[str], None] | None = None, exact: bool | None = None,
                  first_run: str = "compile"):
@@ -339,9 +342,13 @@ class Detector:
         self.names = class_names(names, Path(cfg_path) if cfg_path else None, self.classes,
                                  log or _stderr)
         self.alexeyab = self.net.quirks.dialect == "alexeyab"
+        self.defaults = d = self.net.quirks.defaults
         if letterbox is None:
-            letterbox = bool(getattr(self.net, "letter_box", 0)) if self.alexeyab else True
-        self.thresh, self.nms, self.hier, self.letterbox = thresh, nms, hier, letterbox
+            letterbox = d.letterbox or bool(getattr(self.net, "letter_box", 0))
+        self.thresh = d.test_thresh if thresh is None else thresh
+        self.nms = d.nms if nms is None else nms
+        self.hier = d.hier_thresh if hier is None else hier
+        self.letterbox = letterbox
         self.ext_output = ext_output
         self.log = log or _stderr
         self.warm = False
