@@ -405,3 +405,13 @@ def test_training_refuses_a_backup_folder_whose_outputs_are_its_inputs(world, tm
     os.link(world["data"], backup / "small_history.csv")
     err = refused(capsys, "detector", "train", world["data"], world["cfg"], "--backup", backup)
     assert "is the data file" in err
+
+
+def test_cfg_custom_refuses_a_hard_link_to_its_template(world, tmp_path, capsys):
+    template = tmp_path / "t.cfg"
+    template.write_text(world["cfg"].read_text())
+    os.link(template, tmp_path / "out.cfg")
+    code, _, err = call(capsys, "cfg", "custom", template, "--data", world["data"], "--out",
+                        tmp_path / "out.cfg", "--force")
+    assert code == 2 and f"is the template {template} (the same file)" in err, err
+    assert template.read_text() == world["cfg"].read_text()

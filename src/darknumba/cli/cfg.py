@@ -24,14 +24,15 @@ def custom(template: Annotated[str, typer.Argument(help="yolov4-tiny, yolov4, yo
     filters=(N+5)*masks before each, max_batches=max(6000, 2000*N, training images),
     steps=80%,90%, batch=64, and anchors from calc_anchors over the training labels."""
     from ..train.custom_cfg import custom_cfg, find_template
-    from ..weights import atomic_write
+    from ..errors import UsageError
+    from ..outputs import atomic_write, check_outputs_not_inputs
     base = find_template(template)
     if out is None:
         out = Path(f"{data.stem}-{Path(template).stem}.cfg")
-    for name, path in (("the template", base), ("the .data file", data)):
-        if out.resolve() == path.resolve():
-            raise typer.BadParameter(f"{out} is {name}; choose another file",
-                                     param_hint="'--out'")
+    try:                    # the same file, a hard link or a symlink included
+        check_outputs_not_inputs({"--out": out}, {"the template": base, "the .data file": data})
+    except UsageError as e:
+        raise typer.BadParameter(str(e), param_hint="'--out'") from None
     if out.exists() and not force:
         raise typer.BadParameter(f"{out} exists (pass --force to replace it)",
                                  param_hint="'--out'")
