@@ -16,6 +16,7 @@ import darknumba as dn
 from darknumba.errors import DarknumbaError
 from darknumba.train.detector import (Schedule, TrainingStopped, TrainOptions, load_partial_weights,
                                       train_detector)
+from darknumba.train.lock import LOCK_NAME
 from darknumba.weights import read_header
 
 pytestmark = pytest.mark.slow
@@ -240,7 +241,8 @@ def test_kill_during_checkpoint_write_keeps_previous_checkpoint(shapes, tmp_path
     proc.wait(30)
     leftovers = [n for n in os.listdir(backup) if n.startswith(".tmp-")]
     assert leftovers, "the kill did not land inside a write"
-    assert sorted(os.listdir(backup)) == sorted(["tiny.backup", "tiny_history.csv"] + leftovers)
+    assert sorted(os.listdir(backup)) == sorted(["tiny.backup", "tiny_history.csv", LOCK_NAME]
+                                                + leftovers)  # the lock: taken over next time
     net = dn.load_network(cfg, backup / "tiny.backup")      # loads: complete and well-formed
     assert net.seen == 1 * 8                                 # the iteration-1 checkpoint
 
