@@ -24,18 +24,16 @@ def calc_anchors(data: Annotated[Path, typer.Argument(exists=True, dir_okay=Fals
                  map_flag: IgnoredMap = False, clear: IgnoredClear = False,
                  thresh: IgnoredThresh = None, out_flag: IgnoredOut = None):
     """k-means of the training boxes (distance 1 - IoU), as AlexeyAB's calc_anchors."""
-    from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
+    from ..data.datasets import read_data_cfg
     from ..outputs import atomic_write, check_outputs_not_inputs
-    from ..train.anchors import calc_anchors as compute
+    from ..train.anchors import calc_anchors as compute, training_boxes
     dc = read_data_cfg(data)
     anchors, counters_file = out / "anchors.txt", out / "counters_per_class.txt"
     check_outputs_not_inputs({"the output": [anchors, counters_file]},
                              {"the data file": data, "the training list": dc.train})
-    issues = DataIssues("skip", log=lambda m: typer.echo(m, err=True))
-    ds = DetectionDataset(get_paths(dc.train), dc.classes, issues)
-    boxes = np.concatenate([b for b in ds.boxes if len(b)] or [np.zeros((0, 5), np.float32)])
+    _, paths, boxes = training_boxes(data, log=lambda m: typer.echo(m, err=True))
     typer.echo(f" num_of_clusters = {num_of_clusters}, width = {width}, height = {height}")
-    typer.echo(f" read labels from {len(ds)} images: {len(boxes)} boxes")
+    typer.echo(f" read labels from {len(paths)} images: {len(boxes)} boxes")
     if len(boxes) < num_of_clusters:
         raise typer.BadParameter(f"{num_of_clusters} clusters need at least as many boxes; "
                                  f"the training labels have {len(boxes)}")
