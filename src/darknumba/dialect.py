@@ -69,7 +69,7 @@ class Defaults:
     letterbox: bool
     hier_thresh: float = 0.5        # run_detector() -hier; `detect` passes .5
     nms: float = 0.45               # test_detector(): nms = .45
-    # -- evaluation: `detector valid`, `recall`, `map` ----------------------------------------------
+    # -- evaluation: `detector valid`, `recall`, `map` ---------------------------------------------
     valid_thresh: float = 0.005     # validate_detector(): thresh
     valid_nms: float = 0.45         # validate_detector(): nms
     recall_thresh: float = 0.001    # validate_detector_recall(): thresh (both)
@@ -80,7 +80,7 @@ class Defaults:
     map_points: int = 0             # run_detector() -points: 0 = area under the curve
     map_det_thresh: float = 0.005   # validate_detector_map(): thresh (the candidates kept)
     map_nms: float = 0.45           # validate_detector_map(): nms
-    # -- training checkpoints -------------------------------------------------------------------
+    # -- training checkpoints ----------------------------------------------------------------------
     # pjreddie (train_detector): <cfg>.backup every `backup_every`; <cfg>_<i>.weights every
     # `weights_every` below `weights_until`, then every `weights_every_after`
     backup_every: int = 100
