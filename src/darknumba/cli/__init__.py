@@ -32,6 +32,7 @@ try:                                    # typer >= 0.20 carries its own copy of 
 except ImportError:
     from click.exceptions import ClickException
 
+from ..cache_heal import heal_numba_cache
 from ..cache_loads import skip_refresh_on_cache_loads
 from ..errors import DarknumbaError, UsageError
 from ..launcher import DATA_PARALLEL_COMMANDS, launched_ranks
@@ -224,6 +225,7 @@ def _flush_stdout(code: int) -> int:
 def main():
     gc.freeze()         # what the imports made stays: later collections need not walk it
     skip_refresh_on_cache_loads()       # the command's kernels load 0.2-0.35 s sooner
+    heal_numba_cache()                  # a damaged cache file is moved aside and recompiled
     code = _flush_stdout(run())
     # The objects of numba, llvmlite and typer stay until exit; frozen, the interpreter's last
     # collections skip them (~0.4 s of a warm `detect`). Nothing is lost: no objects we

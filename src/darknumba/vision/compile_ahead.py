@@ -332,6 +332,8 @@ def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: flo
 
 
 if __name__ == "__main__":
+    from ..cache_heal import heal_numba_cache
+    heal_numba_cache()          # as the process that started it: a damaged file is moved aside
     a = sys.argv[1:]
     background = len(a) > 10 and a[10] == "background"
     if background and hasattr(os, "nice"):

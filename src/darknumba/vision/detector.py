@@ -43,6 +43,7 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
+from ..cache_heal import heal_numba_cache
 from ..compile_notice import compile_notice
 from ..detections import Detections
 from ..errors import DataError
@@ -369,6 +370,7 @@ class Detector:
         compiles the rest for later runs; run() goes over to the compiled path once it has."""
         if self.warm:
             return
+        heal_numba_cache(self.log)      # a damaged cache file: moved aside, recompiled
         if self.first_run == "numpy" and self._numpy_first_run():
             self.warm = True
             return
