@@ -97,6 +97,10 @@ def test_lock_records_and_refusals(tmp_path):
     notices = []
     BackupLock(tmp_path / "reused").acquire(log=lambda m, file=None: notices.append(m)).release()
     assert notices and "no longer running" in notices[0]
+    (tmp_path / "fifo").mkdir()
+    os.mkfifo(tmp_path / "fifo" / LOCK_NAME)
+    with pytest.raises(BackupFolderInUse, match="named pipe"):
+        BackupLock(tmp_path / "fifo").acquire()
     assert lock_backup(tmp_path / "rank1", root=False) is None
     assert not (tmp_path / "rank1").exists()
 

@@ -26,6 +26,7 @@ import sys
 import time
 
 from ..errors import DarknumbaError
+from ..inputs import read_bytes
 
 LOCK_NAME = ".darknumba-train.lock"
 _held: contextvars.ContextVar[list | None] = contextvars.ContextVar("backup_locks", default=None)
@@ -80,11 +81,14 @@ class BackupLock:
                 + "\n").encode()
 
     def _read(self) -> tuple[dict | None, bytes]:
+        """(the holder's record, the file's bytes); (None, b"") when there is no lock. A lock
+        that is not a regular file (a FIFO would block the read) is refused."""
         try:
-            with open(self.path, "rb") as f:
-                raw = f.read(1 << 16)
-        except FileNotFoundError:
-            return None, b""
+            raw = read_bytes(self.path, "training lock", BackupFolderInUse, 1 << 16)
+        except BackupFolderInUse:
+            if not os.path.lexists(self.path):      # released meanwhile
+                return None, b""
+            raise
         try:
             holder = json.loads(raw)
             return (holder if isinstance(holder, dict) else {}), raw
