@@ -44,6 +44,12 @@ if len(sys.argv) > 3 and sys.argv[3] == "disk-full":
     def full(self, path):
         raise OSError(errno.ENOSPC, "No space left on device")
     caching.IndexDataCacheFile._open_for_write = full
+if len(sys.argv) > 3 and sys.argv[3] == "no-renames":
+    import errno
+    import os
+    def no_room(src, dst):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    os.replace = no_room
 import kern
 print(kern.twice(21), kern.total(np.arange(5.0)))
 """
@@ -152,6 +158,21 @@ def test_a_full_disk_leaves_the_kernels_in_memory_with_one_line(tmp_path):
     assert "cannot write numba's kernel cache" in line and str(cache) in line
     assert "No space left on device" in line and "in memory" in line
     assert run_kernels(tmp_path, cache, "plain", "disk-full").returncode != 0
+
+
+def test_a_damaged_file_that_cannot_be_moved_is_left_and_the_kernel_kept_in_memory(tmp_path):
+    """A full disk: nothing can be moved or written. The kernel compiles in memory, one line."""
+    cache = tmp_path / "cache"
+    assert run_kernels(tmp_path, cache, "heal").returncode == 0
+    [index] = [p for n, p in cache_files(cache).items()
+               if n.startswith("kern.twice") and n.endswith(".nbi")]
+    truncate(index)
+    bad = index.read_bytes()
+    r = run_kernels(tmp_path, cache, "heal", "no-renames")
+    assert r.returncode == 0 and r.stdout.split() == ["42", "10.0"], r.stderr
+    [line] = notices(r.stderr)
+    assert str(cache) in line and "cannot be moved aside" in line and "in memory" in line
+    assert index.read_bytes() == bad and not list(cache.glob("*/corrupt-*"))
 
 
 def _unusable(cache: Path) -> str:

@@ -31,7 +31,7 @@ import time
 from typing import Callable
 
 _state: dict = {"patched": False, "log": None, "healed": False, "unwritable": False,
-                "stamp": None}
+                "stamp": None, "checked": None}
 
 
 def _say(message: str):
@@ -61,7 +61,13 @@ def quarantine(folder: str, names: list[str]) -> str | None:
             moved.append(name)
         except FileNotFoundError:       # another process moved it first
             pass
-        except OSError as e:            # a read-only folder: numba will not write it either
+        except OSError as e:            # a read-only folder: numba cannot write it either
+            _state["unwritable"] = True     # (so no second line from the saves)
+            if not moved:
+                try:
+                    os.rmdir(dest)
+                except OSError:
+                    pass
             if not _state["healed"]:
                 _state["healed"] = True
                 _say(f"darknumba: numba's kernel cache {_cache_root(folder)} holds files numba "
@@ -173,7 +179,7 @@ def _check_cache_dir():
     its default folders without a word (or, with none writable, refuses at import)."""
     from numba.core import config
     root = config.CACHE_DIR
-    if not root or _state.get("checked") == root:
+    if not root or _state["checked"] == root:
         return
     _state["checked"] = root
     from .kernels.blas import axpy_cpu
