@@ -80,6 +80,9 @@ def test_atomic_write_replaces_keeps_the_mode_and_leaves_no_temporary(tmp_path):
         assert tmp.endswith("-x.png") and TEMP_NAME.fullmatch(os.path.basename(tmp))
         Image.new("RGB", (4, 4)).save(tmp)          # the format from the extension
     assert p.read_text() == "three\n" and Image.open(tmp_path / "x.png").format == "PNG"
+    os.symlink(p, tmp_path / "link.txt")                # a symlink stays one
+    atomic_write(tmp_path / "link.txt", b"four")
+    assert os.path.islink(tmp_path / "link.txt") and p.read_bytes() == b"four"
     assert temporaries(tmp_path) == []
 
 

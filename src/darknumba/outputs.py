@@ -41,24 +41,26 @@ def _temp_name(path: str) -> str:
 class PendingFile:
     """A file being written under a temporary name beside `path` (created empty, with the
     permissions of the file it replaces, else 0o666 less the umask): write to `tmp`, then
-    commit() to rename it over `path`, or discard() to delete it."""
+    commit() to rename it over `path`, or discard() to delete it. A `path` that is a symlink
+    keeps it: the file it points to is the one replaced."""
 
     committed = False
 
     def __init__(self, path):
-        self.path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(self.path))
+        self.path = os.fspath(path)                     # as the user named it, for messages
+        self.dest = os.path.realpath(self.path) if os.path.islink(self.path) else self.path
+        folder = os.path.dirname(os.path.abspath(self.dest))
         try:
             try:
                 os.makedirs(folder, exist_ok=True)
             except FileExistsError:     # a file where a folder of the path should be
                 raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR)) from None
             try:
-                mode = stat.S_IMODE(os.stat(self.path).st_mode)
+                mode = stat.S_IMODE(os.stat(self.dest).st_mode)
             except FileNotFoundError:
                 mode = None
             for _ in range(100):
-                self.tmp = os.path.join(folder, _temp_name(self.path))
+                self.tmp = os.path.join(folder, _temp_name(self.dest))
                 try:
                     self.fd = os.open(self.tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
                     break
@@ -89,7 +91,7 @@ class PendingFile:
             if sync:
                 os.fsync(self.fd)
             self.close_fd()
-            os.replace(self.tmp, self.path)
+            os.replace(self.tmp, self.dest)
         except OSError as e:
             self.discard()
             raise WriteError(self.path, e) from None
