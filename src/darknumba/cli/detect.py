@@ -9,18 +9,19 @@ with --out, one JSON line per frame."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
 from ..errors import DarknumbaError, DataError
+from .common import (check_detect_outputs, drawing_path, first_run_mode, json_lines_to,
+                     predicted_in, warn)
 from .darknet_flags import DontShow, ExtOutput
 from .options import DialectOption, ExactOption, not_nan
+from .video import detect_video_file, video_args
 
 DEFAULT_CFG = "cfg/yolov3-tiny.cfg"
 DEFAULT_WEIGHTS = "yolov3-tiny"
@@ -68,61 +69,7 @@ def sample_image() -> Path:
         raise DataError(f"{e}; pass an IMAGE") from None
 
 
-def warn(msg: str):
-    typer.echo(msg, err=True)
-
-
 # -- printing ----------------------------------------------------------------------------------
-def _out_path(out: Path | None, path: Path, single: bool, used: set) -> Path | None:
-    if single:
-        return out if out is not None else Path("predictions.png")
-    if out is None:
-        return None
-    name = f"{path.stem}.png"
-    k = 1
-    while name in used:
-        name, k = f"{path.stem}_{k}.png", k + 1
-    used.add(name)
-    return out / name
-
-
-def check_detect_outputs(out, json_out, paths: list, inputs: dict, video=None):
-    """Refuse (a UsageError, exit status 2) a drawing (`out`, or the PNGs drawn into it for
-    several images) or a --json file that is one of the images (or the `video`) or other
-    `inputs` (what: path), compared as files: a hard link or a symlink to an input counts."""
-    from ..outputs import check_outputs_not_inputs
-    single, used = len(paths) == 1, set()
-    drawn = ([out] if video is not None else [] if json_out == "-" and out is None else
-             [_out_path(out, Path(p), single, used) for p in paths])
-    check_outputs_not_inputs(
-        {"--out" if out is not None else "the drawing": drawn,
-         "--json": json_out if isinstance(json_out, (str, os.PathLike)) else None},
-        {"the input video": video, "the input image": paths, **inputs})
-
-
-@contextmanager
-def json_lines_to(json_out):
-    """Where JSON lines go: stdout for '-', an open text file given (left open), a path
-    (its folder made; written through a temporary file that replaces it at the end, so an
-    error leaves the previous file), or nowhere (None, empty)."""
-    from ..outputs import atomic_output
-    if not json_out:
-        yield None
-    elif json_out == "-":
-        yield sys.stdout
-    elif hasattr(json_out, "write"):
-        yield json_out
-    else:
-        with atomic_output(json_out, "w") as f:
-            yield f
-
-
-def predicted_in(seconds: float, alexeyab: bool) -> str:
-    """Darknet's timing words: AlexeyAB's in milli-seconds, pjreddie's in seconds."""
-    return (f"Predicted in {1000 * seconds:f} milli-seconds." if alexeyab
-            else f"Predicted in {seconds:f} seconds.")
-
-
 def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                   json_out=None) -> int:
     """Detect on every image with a vision.detector.Detector; print Darknet's lines and draw
@@ -155,7 +102,7 @@ def run_detection(detector, paths: list[Path], out: Optional[Path] = None,
                 echo(f"{p.source}: {predicted_in(p.seconds, detector.alexeyab)}")
                 for line in p.lines():
                     echo(line)
-            target = _out_path(out, Path(p.source), single, used) \
+            target = drawing_path(out, Path(p.source), single, used) \
                 if text or out is not None else None
             if target is not None:
                 p.draw(target)
@@ -235,7 +182,6 @@ def detect(
     network's dialect (docs/alexeyab-defaults.md): pjreddie's threshold 0.5 and letterbox;
     AlexeyAB's 0.24, stretched to the network unless [net] letter_box=1 or -letter_box."""
     from ..vision.detector import Detector, expand_images
-    from .video import detect_video_file, video_args
     args = [a for a in (cfg, str(weights) if weights is not None else None) if a is not None]
     args += list(images or [])
     if args and Path(args[0]).suffix.lower() == ".cfg":
@@ -267,16 +213,6 @@ def detect(
     if thresh is None:      # the dialect's `detect` threshold, not its `detector test` one
         detector.thresh = detector.defaults.detect_thresh
     run_detection(detector, paths, out=out, json_out=json_out)
-
-
-def first_run_mode() -> str:
-    """How `detect` runs on a cold numba cache: "numpy" (default: the forward pass in numpy
-    while the kernels compile in the background) or "compile" (DARKNUMBA_FIRST_RUN=compile:
-    compile first, as `darknumba warmup` does)."""
-    mode = os.environ.get("DARKNUMBA_FIRST_RUN", "numpy").strip().lower() or "numpy"
-    if mode not in ("numpy", "compile"):
-        raise DataError(f"DARKNUMBA_FIRST_RUN={mode!r}: expected numpy or compile")
-    return mode
 
 
 def register(app: typer.Typer):

@@ -12,7 +12,8 @@ from typing import Annotated, Optional
 import typer
 
 from .darknet_flags import DontShow, ExtOutput, IgnoredClear, IgnoredMap
-from .detect import first_run_mode, run_detection, warn
+from .common import first_run_mode, warn
+from .detect import run_detection
 from .options import DialectOption, ExactOption, not_nan
 
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from .detect import first_run_mode, json_lines_to, predicted_in, warn
+from .common import check_detect_outputs, first_run_mode, json_lines_to, predicted_in, warn
 
 
 def _fps(rate) -> str:
@@ -68,7 +68,6 @@ def detect_video_file(detector_args: dict, video, out: Optional[Path], json_out,
     dialect.Defaults), and run_video."""
     from ..vision.detector import Detector
     from ..vision.video import open_video
-    from .detect import check_detect_outputs
     check_detect_outputs(out, json_out, [], {"the cfg": detector_args.get("cfg"),
                                              "the weights": detector_args.get("weights"),
                                              "--names": detector_args.get("names")}, video)
