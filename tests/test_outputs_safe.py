@@ -418,3 +418,13 @@ def test_cfg_custom_refuses_a_hard_link_to_its_template(world, tmp_path, capsys)
                         tmp_path / "out.cfg", "--force")
     assert code == 2 and f"is the template {template} (the same file)" in err, err
     assert template.read_text() == world["cfg"].read_text()
+
+
+def test_detector_valid_refuses_result_files_that_are_its_inputs(world, tmp_path, capsys):
+    results = tmp_path / "results"
+    results.mkdir()
+    os.symlink(world["cfg"], results / "comp4_det_test_circle.txt")
+    err = refused(capsys, "detector", "valid", world["data"], world["cfg"], world["weights"],
+                  "--out", results)
+    assert (f"the result file {results / 'comp4_det_test_circle.txt'} is the cfg "
+            f"{world['cfg']} (the same file)") in err

@@ -172,7 +172,8 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
     from ..data.datasets import get_paths, read_data_cfg
     from ..errors import DataError
-    from ..train.evaluate import validate_detector
+    from ..outputs import check_outputs_not_inputs
+    from ..train.evaluate import class_file_stems, validate_detector
     if any(sep in prefix for sep in ("/", "\\", "\0")) or prefix.startswith("."):
         raise typer.BadParameter(f"--prefix {prefix!r}: a file-name prefix, without a folder "
                                  f"(use --out for the folder) or a leading dot")
@@ -180,6 +181,11 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     names = dc.class_names()[:dc.classes]
     if not dc.valid:
         raise DataError(f"{data}: no `valid` list")
+    results = ([out / "coco_results.json"] if dc.eval == "coco" else
+               [out / f"{prefix}{stem}.txt" for stem in class_file_stems(names)])
+    check_outputs_not_inputs({"the result file": results}, {
+        "the data file": data, "the cfg": cfg, "the weights": weights,
+        "the valid list": dc.resolve(dc.valid), "the names file": dc.resolve(dc.names)})
     paths = get_paths(dc.resolve(dc.valid))
     net = _net(cfg, weights, dc)
     d = net.quirks.defaults         # validate_detector's thresh and nms of the dialect
