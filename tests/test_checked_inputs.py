@@ -215,3 +215,18 @@ def test_compare_input_tensors_are_checked(tmp_path):
     with pytest.raises(DarknumbaError, match="character device"):
         read_floats("/dev/zero", "input")
     assert read_floats(tmp_path / "g.npy", "input").tolist() == [0, 1, 2, 3]
+
+
+def test_rnn_valid_reads_a_bounded_standard_input(tmp_path, capsys, monkeypatch):
+    import io
+    import sys
+
+    import darknumba.inputs as inputs
+    from darknumba.parser import parse_network_cfg
+    from darknumba.weights import save_weights
+    w = tmp_path / "w.weights"
+    save_weights(parse_network_cfg(RNN_CFG, seed=1), w)
+    monkeypatch.setattr(inputs, "MAX_TEXT", 100)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y" * 101)))
+    msg = one_line_error(capsys, "rnn", "valid", RNN_CFG, w)
+    assert "standard input holds more than 100 bytes" in msg

@@ -98,11 +98,16 @@ def valid(cfg: CfgArg,
     """How well the network predicts TEXT (Darknet's `rnn valid`): after every character,
     `n BPC: bits per character   Perplexity: p    Word Perplexity: w` (alexeyab: without BPC)."""
     from ..errors import DataError
-    from ..inputs import read_bytes
+    from ..inputs import MAX_TEXT, read_bytes
     from ..train.rnn import generation_network, valid_char_rnn
     net = generation_network(cfg, weights, dialect)
     _log(os.path.splitext(cfg.name)[0], file=sys.stderr)
-    data = read_bytes(text, "text file", DataError) if text is not None else sys.stdin.buffer.read()
+    if text is not None:
+        data = read_bytes(text, "text file", DataError)
+    else:                       # bounded as a file is (`< /dev/zero` would never end)
+        data = sys.stdin.buffer.read(MAX_TEXT + 1)
+        if len(data) > MAX_TEXT:
+            raise DataError(f"the standard input holds more than {MAX_TEXT:,} bytes of text")
     line = None
     for count, bpc, ppl, wppl in valid_char_rnn(net, os.fsencode(seed), data):
         line = (f"{count} " + ("" if net.dialect == "alexeyab" else f"BPC: {bpc:4.4f}   ")
