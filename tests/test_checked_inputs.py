@@ -171,7 +171,7 @@ def test_compare_npz_refuses_a_zip_bomb(tmp_path, capsys, monkeypatch):
         assert sum(i.file_size for i in z.infolist()) > 1000
 
 
-# -- data sets ---------------------------------------------------------------------------------------
+# -- data sets -------------------------------------------------------------------------------------
 def test_no_usable_images_names_the_list(tmp_path):
     from darknumba.data.datasets import valid_dataset
     (tmp_path / "empty.txt").write_text("\n")

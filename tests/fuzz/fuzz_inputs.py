@@ -93,7 +93,7 @@ def npz_case(draw):
     return Case("npz", f"{how}: {notes}", {"r.npz": data}, steps)
 
 
-# -- the character RNN's texts ------------------------------------------------------------------------
+# -- the character RNN's texts ---------------------------------------------------------------------
 @st.composite
 def rnn_text(draw) -> tuple[str, bytes]:
     how = draw(st.sampled_from(["words", "one-run", "binary", "nul", "empty", "spaces",
@@ -124,7 +124,7 @@ def rnn_case(draw):
     return Case("rnn", f"{note}, seed {seed[:12]!r}", {"t.txt": text}, steps)
 
 
-# -- video files ------------------------------------------------------------------------------------
+# -- video files -----------------------------------------------------------------------------------
 CONTAINERS = [("mp4", "mpeg4", ".mp4"), ("avi", "mjpeg", ".avi"), ("matroska", "libx264", ".mkv")]
 
 
@@ -174,7 +174,7 @@ def video_case(draw):
                 {name: data}, steps)
 
 
-# -- networks exported to ONNX ----------------------------------------------------------------------
+# -- networks exported to ONNX ---------------------------------------------------------------------
 @st.composite
 def export_case(draw, originals: dict):
     net = draw(st.sampled_from(sorted(originals)))
