@@ -40,6 +40,24 @@ class NotSupportedYet:
                             f"darknet that darknumba does not support yet")
 
 
+class ByQuirk:
+    """A section each dialect builds with its own class: the one `alexeyab()` returns where the
+    network's Quirks field `quirk` is set, else `pjreddie`. (`alexeyab` is a function: its module
+    and kernels load only for a network that needs them.)"""
+
+    def __init__(self, quirk: str, pjreddie, alexeyab):
+        self.quirk, self.pjreddie, self.alexeyab = quirk, pjreddie, alexeyab
+
+    def from_cfg(self, s, params):
+        chosen = self.alexeyab() if getattr(params.net.quirks, self.quirk) else self.pjreddie
+        return chosen.from_cfg(s, params)
+
+
+def _ab_yolo():
+    from .yolo_ab import AbYoloLayer
+    return AbYoloLayer
+
+
 # section name (and Darknet's aliases) -> layer class with a from_cfg(section, params) builder
 LAYER_TYPES = {
     "convolutional": ConvolutionalLayer, "conv": ConvolutionalLayer,
@@ -49,7 +67,7 @@ LAYER_TYPES = {
     "route": RouteLayer,
     "shortcut": ShortcutLayer,
     "upsample": UpsampleLayer,
-    "yolo": YoloLayer,
+    "yolo": ByQuirk("yolo_alexeyab", YoloLayer, _ab_yolo),
     "connected": ConnectedLayer, "conn": ConnectedLayer,
     "softmax": SoftmaxLayer, "soft": SoftmaxLayer,
     "dropout": DropoutLayer,

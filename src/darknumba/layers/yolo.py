@@ -53,11 +53,8 @@ class YoloLayer(Layer):
 
     @classmethod
     def from_cfg(cls, s, params):
-        """parse_yolo. Under a dialect whose [yolo] is AlexeyAB's, that layer is built
-        instead; here AlexeyAB's own keys are refused."""
-        if params.net.quirks.yolo_alexeyab:
-            from .yolo_ab import AbYoloLayer          # (it extends this class)
-            return AbYoloLayer.from_cfg(s, params)
+        """parse_yolo, pjreddie's: AlexeyAB's own keys are refused. (Under a dialect whose
+        [yolo] is AlexeyAB's, LAYER_TYPES builds yolo_ab.AbYoloLayer instead.)"""
         for key in AB_YOLO_KEYS:
             if s.has(key):
                 raise s.error(key, "is a key of AlexeyAB's darknet: load the network with "
