@@ -91,7 +91,7 @@ def test_conv_activation_same_in_test_and_train_mode(tmp_path, name, c):
     the input: the outputs are the same bits, and equal the reference applied to the linear
     output."""
     # one image: at batch > 1 training runs the batch's GEMMs as one, test mode one per image
-    # (convolutional.BATCH_GEMM_MAX_N), and their sums may round differently
+    # (conv_plan.BATCH_GEMM_MAX_N), and their sums may round differently
     net, rng = build(tmp_path, conv(4, activation=name), c=c, batch=1)
     x = rng.uniform(-2, 2, net.batch * net.inputs).astype(np.float32)
     test = net.forward(x).copy()

@@ -120,7 +120,7 @@ def test_direct_check_can_fail(rng):
 def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
     """The same network trained one step with the direct kernels and with im2col + GEMM."""
     import darknumba as dn
-    from darknumba.layers import convolutional
+    from darknumba.layers import conv_plan
     cfg = tmp_path / "n.cfg"
     cfg.write_text("[net]\nbatch=2\nwidth=12\nheight=10\nchannels=3\nlearning_rate=0.01\n"
                    "momentum=0.9\ndecay=0.0005\n"
@@ -131,9 +131,9 @@ def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
     x = rng.uniform(0, 1, (2, 3, 10, 12)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, 5 * 10 * 12)).astype(np.float32)
     runs = []
-    for limit in (convolutional.DIRECT_MAX_K, 0):
-        monkeypatch.setattr(convolutional, "DIRECT_MAX_K", limit)
-        monkeypatch.setattr(convolutional, "DIRECT_MAX_K_FEW_FILTERS", limit)
+    for limit in (conv_plan.DIRECT_MAX_K, 0):
+        monkeypatch.setattr(conv_plan, "DIRECT_MAX_K", limit)
+        monkeypatch.setattr(conv_plan, "DIRECT_MAX_K_FEW_FILTERS", limit)
         net = dn.parse_network_cfg(str(cfg), seed=3)
         assert net.layers[1]._direct_thin() == (limit > 0)
         cost = net.train_datum(x, truth)
@@ -156,7 +156,7 @@ def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_pa
     im2col + GEMM with 64 (and under compat=); the direct layer's training step and test-mode
     output as the GEMM path's."""
     import darknumba as dn
-    from darknumba.layers import convolutional
+    from darknumba.layers import conv_plan
     cfg = tmp_path / "few.cfg"
     conv = "[convolutional]\nbatch_normalize=1\nfilters={}\nsize=3\nstride=1\npad=1\nactivation=leaky\n"
     cfg.write_text("[net]\nbatch=2\nwidth=9\nheight=8\nchannels=32\nlearning_rate=0.01\n"
@@ -168,8 +168,8 @@ def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_pa
     x = rng.uniform(0, 1, (2, 32, 8, 9)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, 64 * 8 * 9)).astype(np.float32)
     runs = []
-    for few in (convolutional.DIRECT_MAX_K_FEW_FILTERS, 0):
-        monkeypatch.setattr(convolutional, "DIRECT_MAX_K_FEW_FILTERS", few)
+    for few in (conv_plan.DIRECT_MAX_K_FEW_FILTERS, 0):
+        monkeypatch.setattr(conv_plan, "DIRECT_MAX_K_FEW_FILTERS", few)
         net = dn.parse_network_cfg(str(cfg), seed=1)
         assert net.layers[0]._direct_thin() == (few > 0)
         net.train_datum(x, truth)

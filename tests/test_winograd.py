@@ -219,10 +219,10 @@ def small_layers_pay(request, monkeypatch):
     """The small test layers count as large enough (WINOGRAD_MIN_BFLOPS, WINOGRAD_MIN_CN),
     except for the official networks, which keep the real thresholds."""
     if "official" not in request.node.name and "threshold" not in request.node.name:
-        import darknumba.layers.conv_winograd as cw
-        monkeypatch.setattr(cw, "WINOGRAD_MIN_BFLOPS", 0.0)
-        monkeypatch.setattr(cw, "WINOGRAD_MIN_CN", 0)
-        monkeypatch.setattr(cw, "TRAIN_MIN_BFLOPS", 0.0)
+        import darknumba.layers.conv_plan as cp
+        monkeypatch.setattr(cp, "WINOGRAD_MIN_BFLOPS", 0.0)
+        monkeypatch.setattr(cp, "WINOGRAD_MIN_CN", 0)
+        monkeypatch.setattr(cp, "TRAIN_MIN_BFLOPS", 0.0)
 
 
 @pytest.mark.parametrize("name,want", [("yolov4-tiny", [2, 10, 12, 13, 18, 20, 21, 26, 28, 35]),
@@ -232,13 +232,13 @@ def test_which_layers_take_winograd_at_the_real_threshold(name, want):
     yolov4-tiny's 32 -> 32 (4, 5: the direct kernel), yolov3-tiny's 16 -> 32 (2) and 3 -> 16
     (0), the strided and the 1x1 ones do not."""
     import darknumba as dn
-    from darknumba.layers.conv_winograd import winograd_eligible
+    from darknumba.layers.conv_plan import winograd_eligible
     net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1)
     taken = [i for i, l in enumerate(net.layers)
              if l.type == "convolutional" and winograd_eligible(l)]
     assert taken == want
     # the 13x13 ones through F(2x2, 3x3), the others through F(4x4, 3x3)
-    from darknumba.layers.conv_winograd import winograd_tile
+    from darknumba.layers.conv_plan import winograd_tile
     assert [winograd_tile(net.layers[i]) for i in want] == \
         [2 if net.layers[i].out_w == 13 else 4 for i in want]
     assert {net.layers[i].out_w for i in want} >= {13, 26}
@@ -260,9 +260,8 @@ def test_small_map_takes_f2_within_1e5_of_exact(rng, tmp_path, bn):
     assert fast.layers[0].winograd_weights.shape == (16, 24, 40)
     assert exact.layers[0].winograd_weights is None
     assert rel_diff(got, want) < 1e-5
-    from darknumba.layers.conv_winograd import use_winograd
-    fast.train = True
-    assert not use_winograd(fast.layers[0], fast)
+    from darknumba.layers.conv_plan import use_winograd
+    assert not use_winograd(fast.layers[0], training=True)
 
 
 @pytest.mark.parametrize("name,want", [("yolov4-tiny", [2, 10, 18, 35]), ("yolov3-tiny", [21])])
@@ -270,14 +269,14 @@ def test_training_threshold_takes_the_large_layers_only(name, want):
     """In training only the 0.6+ BFLOPs layers from 26x26 on take it (the smaller ones made
     a training step slower), for the forward and the input gradient alike."""
     import darknumba as dn
-    from darknumba.layers.conv_winograd import use_winograd, winograd_eligible
+    from darknumba.layers.conv_plan import use_winograd, winograd_eligible
     net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
     taken = [i for i, l in enumerate(net.layers)
              if l.type == "convolutional" and winograd_eligible(l, train=True)]
     assert taken == want
     net.train = True
-    assert [i for i in want if use_winograd(net.layers[i], net)] == want
-    assert not any(use_winograd(l, net) for i, l in enumerate(net.layers)
+    assert [i for i in want if use_winograd(net.layers[i], net.train, net.exact)] == want
+    assert not any(use_winograd(l, net.train, net.exact) for i, l in enumerate(net.layers)
                    if l.type == "convolutional" and i not in want)
 
 def small_cfg(tmp_path, bn=1):

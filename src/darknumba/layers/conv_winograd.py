@@ -5,7 +5,8 @@ convolution of the delta with the rotated, transposed filters); the weight gradi
 im2col + GEMM.
 
 Darknet has no such path: the results differ from im2col + GEMM by rounding (within ~1e-4 of
-the output's scale). It is the default, for inference and training; the exact path stays
+the output's scale). It is the default, for inference and training, on the layers where it
+pays (the thresholds: conv_plan.py); the exact path stays
 under compat= (darknet-cpu), in `compare`, and when asked for (load_network(..., exact=True),
 `--exact`, DARKNUMBA_EXACT=1).
 
@@ -28,6 +29,7 @@ from ..kernels.winograd import (G, G2, tiles_of, winograd2_input_cpu, winograd2_
                                 winograd_filters_cpu, winograd_input_cpu, winograd_output_cpu)
 from ..thread_policy import blas_single_threaded, blas_thread_counts
 from .base import scratch_of
+from .conv_plan import winograd_tile
 
 # U[a * 6 + b] = sum over i, j of G[a, i] G[b, j] g[i, j]: the filter transform G g G^T of a
 # 3x3 filter g (row-major, 9 values) as one 36 x 9 matrix
@@ -39,69 +41,12 @@ G2_KRON = np.kron(G2, G2)
 VARIANTS = {4: (G_KRON, winograd_input_cpu, winograd_output_cpu),
             2: (G2_KRON, winograd2_input_cpu, winograd2_output_cpu)}
 
-# Where Winograd pays, measured per layer in a network's sequence (at a99f427, medians of
-# 40 forwards interleaved with the exact path, Winograd / exact time; the transforms channels
-# last, kernels/winograd.py): 0.47-0.73 on yolov3's, yolov4-tiny's and yolov3-tiny's 3x3 layers
-# from 64 channels at 26x26 to 104x104 (0.2-1.6 BFLOPs), 0.60-0.93 at 13x13 (4x4 tiles, the
-# output padded to 16x16; 256-512 channels), 0.84-0.94 at 32 -> 64 channels, but 0.87-1.04
-# at 32 -> 32 (yolov4-tiny 4, 5, which the direct kernel takes) and 16 -> 32 (yolov3-tiny 2).
-# The transforms cost about tiles * (c + n), the GEMMs tiles * c * n: what decides is
-# c * n / (c + n), from WINOGRAD_MIN_CN on.
-# Output tiles per image from which it is taken (13x13 outputs have 16)
-WINOGRAD_MIN_TILES = 16
-# input channels from which it is taken: over RGB (c = 3) the transforms cost more than the
-# GEMMs save (2x slower than im2col + GEMM)
-WINOGRAD_MIN_C = 16
-# c * n / (c + n) from which it is taken (32 -> 64 channels: 21.3; 32 -> 32: 16)
-WINOGRAD_MIN_CN = 20
-# multiply-adds (as BFLOPs, Darknet's count) from which it is taken: the smallest layers
-# measured winning had 0.2
-WINOGRAD_MIN_BFLOPS = 0.15
-# In training (batch 8) the exact path runs a chunk of images as one GEMM, and the input
-# gradient is a second Winograd convolution: there the 0.2-0.4 BFLOPs layers lost (yolov3-tiny's
-# and yolov4-tiny's training steps 1.23-1.28x longer with them than without, at a99f427), so
-# training keeps the earlier thresholds: 0.6 BFLOPs from 26x26 (49 tiles) on
-TRAIN_MIN_BFLOPS = 0.6
-TRAIN_MIN_TILES = 49
 # n * c * tiles of a layer's GEMMs from which winograd_gemms deals them out to threads: on
 # yolov4-tiny's 26x26 and 52x52 layers (0.7-0.8 M) one OpenBLAS call per GEMM over two threads
 # took 1.2-1.3x the time of the GEMMs dealt out, each on one thread
 SPLIT_GEMMS_FROM = 1 << 16
-# F(4x4) tiles per image below which inference takes F(2x2, 3x3) (kernels/winograd.py): on
-# 13x13 maps at batch 1 (16 tiles) it took 0.80-1.02 of F(4x4)'s time on yolov4-tiny's,
-# yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
-# 1.07-1.11x, from 26x26 on 1.05-1.12x
-WINOGRAD_F2_BELOW = 25
 # ranges of tile rows or GEMMs per thread in on_threads
 TASKS_PER_THREAD = 4
-
-
-def winograd_eligible(l, train=False) -> bool:
-    """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own) large enough
-    to pay: at inference WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_CN and
-    WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C, TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
-    if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
-            or l.share_layer is not None or l.c < WINOGRAD_MIN_C:
-        return False
-    th, tw = tiles_of(l.out_h, l.out_w)
-    if train:
-        return l.bflops >= TRAIN_MIN_BFLOPS and th * tw >= TRAIN_MIN_TILES
-    return (l.c * l.n >= WINOGRAD_MIN_CN * (l.c + l.n) and l.bflops >= WINOGRAD_MIN_BFLOPS
-            and th * tw >= WINOGRAD_MIN_TILES)
-
-
-def use_winograd(l, net) -> bool:
-    """Winograd for this layer's forward and, in training, its input gradient: not exact, not
-    under a compat mode, eligible (for training or inference, as the network runs)."""
-    return (not getattr(net, "exact", False) and l.quirks.compat is None
-            and winograd_eligible(l, bool(getattr(net, "train", False))))
-
-
-def winograd_tile(l, train=False) -> int:
-    """The output tile size m of F(m x m, 3x3) for an eligible layer: 2 at inference on maps
-    with fewer than WINOGRAD_F2_BELOW 4x4 tiles, else 4."""
-    th, tw = tiles_of(l.out_h, l.out_w)
-    return 2 if not train and th * tw < WINOGRAD_F2_BELOW else 4
 
 
 def transformed_weights(l, m=4, net=None) -> np.ndarray:

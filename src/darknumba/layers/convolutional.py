@@ -1,7 +1,9 @@
 """[convolutional] (Darknet's `convolutional_layer.c`): im2col + one BLAS GEMM per image and group,
 then batch norm (or biases) and the activation.
 
-weights: n x (c/groups) x size x size; output: batch x n x out_h x out_w.
+weights: n x (c/groups) x size x size; output: batch x n x out_h x out_w. Which of the five
+paths computes a layer (direct, Winograd 4x4 / 2x2, 1x1, im2col), and every threshold that
+decides it: conv_plan.py.
 """
 from __future__ import annotations
 
@@ -28,38 +30,13 @@ from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scra
 from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
-from .conv_winograd import backward_input_winograd, forward_winograd, use_winograd, winograd_tile
+from .conv_plan import ConvPath, batched, direct_1x1, direct_thin, plan
+from .conv_winograd import backward_input_winograd, forward_winograd
 from .memory import zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
 BATCH_COLUMNS = 1 << 24
-
-# stride-1 convolutions with at most this many inputs per output (c*size*size) run as a direct
-# convolution (kernels/direct.py) rather than im2col + GEMM: measured here, the direct kernel
-# wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
-# training) and loses from K = 288 on, where BLAS runs near its peak
-DIRECT_MAX_K = 160
-# ... except for few filters: a GEMM of M <= 32 rows runs far from the BLAS peak, and the direct
-# kernel wins up to K = 288 (measured on a 2-core AMD EPYC, AVX2: yolov4-tiny's 32 -> 32
-# layers 4 and 5 at 104x104, 0.77-0.79x forward, 0.81-0.83x forward+backward at batch 8;
-# with 64 filters, yolov3-tiny's layer 4, it loses: 1.13x). At inference too since a first
-# `detect` no longer waits for the compile (numpy_forward.py): yolov4-tiny's layers 4 and 5
-# 4.8 -> 3.4 ms each at batch 1 (same machine). Not under compat=, whose paths are the ones
-# checked against C darknet's recorded tensors (its sums' order)
-DIRECT_MAX_K_FEW_FILTERS = 288
-FEW_FILTERS = 32
-
-# maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
-# nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
-# GEMM per image, which is as fast there and writes each image's output straight into place
-# instead of transposing the batch's m x batch x n result (measured here: yolov3-tiny layers 4
-# and 6 at batch 8). Training only: at inference every image gets a GEMM of its own, as in
-# Darknet, so that an image's outputs do not depend on its slot in the batch or on the batch
-# size (OpenBLAS sums a column of a longer product in another order when it falls in the
-# kernel's tail block: seen on AVX2 machines, as last-digit differences in detections)
-BATCH_GEMM_MAX_N = 2048
-
 
 def conv_weight_records(l):
     """A convolution's .weights records: biases, [scales, rolling_mean, rolling_variance],
@@ -112,37 +89,22 @@ class ConvolutionalLayer(Layer):
             self.out_h * self.out_w * self.size * self.size * self.c // self.groups
 
     def _direct_1x1(self) -> bool:
-        """1x1 convolutions multiply the input itself, without im2col. Darknet's CPU code does
-        this even for stride > 1, reading the wrong pixels; we do it only where it is exact,
-        unless quirks.strided_1x1_misread asks for Darknet's behaviour."""
-        if self.size != 1 or self.ext:
-            return False
-        return (self.stride == 1 and self.pad == 0) or self.quirks.strided_1x1_misread
+        """The input is the column matrix (conv_plan.direct_1x1)."""
+        return direct_1x1(self)
 
-    def forward_path(self, net) -> str:
-        """How forward computes this layer as `net` runs it (in training or at inference):
-        "direct" (the thin 3x3 kernel), "winograd4x4" or "winograd2x2" (Winograd F(m x m, 3x3),
-        conv_winograd.py), "1x1" (the input is the column matrix) or "im2col" (im2col + GEMM)."""
-        if self._direct_thin():
-            return "direct"
-        if use_winograd(self, net):
-            m = winograd_tile(self, bool(net.train))
-            return f"winograd{m}x{m}"
-        return "1x1" if self._direct_1x1() else "im2col"
+    def forward_path(self, net) -> ConvPath:
+        """How forward (and backward) computes this layer as `net` runs it, in training or at
+        inference, exact or not: the planner's answer (conv_plan.plan), also what `bench`
+        prints and what the first run compiles."""
+        return plan(self, bool(getattr(net, "train", False)), bool(getattr(net, "exact", False)))
 
     def _direct_thin(self) -> bool:
-        """A thin stride-1 convolution computed directly (see DIRECT_MAX_K and
-        DIRECT_MAX_K_FEW_FILTERS), in training and at inference alike (the forward pass and
-        the gradients); same sums as the GEMM path up to float32 rounding of their order."""
-        return (self.size == 3 and self.stride == 1 and self.groups == 1 and self.pad <= 2
-                and not self.ext and (self.c * 9 <= DIRECT_MAX_K or (
-                    self.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and self.n <= FEW_FILTERS
-                    and self.quirks.compat is None)))
+        """The thin 3x3 kernel, in training and at inference alike (conv_plan.direct_thin)."""
+        return direct_thin(self)
 
     def _batched(self, n) -> bool:
-        """The whole batch in one GEMM (see BATCH_GEMM_MAX_N)."""
-        return self.groups == 1 and n < BATCH_GEMM_MAX_N and not self.ext
-
+        """The whole batch in one GEMM (conv_plan.batched)."""
+        return batched(self, n)
 
     @classmethod
     def from_cfg(cls, s, params):
@@ -193,10 +155,10 @@ class ConvolutionalLayer(Layer):
         if net.train:
             self.weights_changed()      # training changes them: no inference transform kept
         path = self.forward_path(net)       # the one decision, also what `bench` prints
-        if path == "direct":
+        if path is ConvPath.DIRECT:
             self._forward_direct(net)
             return
-        if path.startswith("winograd"):
+        if path in (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2):
             forward_winograd(self, net)
         elif self.batch > 1 and self._batched(n) and net.train:
             self._forward_gemms_batched(net, m, k, n)
@@ -290,11 +252,13 @@ class ConvolutionalLayer(Layer):
             # AlexeyAB's CPU col2im_cpu_ext zeroes the input delta before adding into it,
             # dropping what later layers (a route, a shortcut) already passed down
             net.delta[:self.batch * self.inputs] = 0.0
-        if self._direct_thin():
+        path = self.forward_path(net)
+        if path is ConvPath.DIRECT:
             self._backward_direct(net)
             return
         # the input gradient of a Winograd layer is a Winograd convolution too (conv_winograd.py)
-        winograd_dx = net.delta is not None and use_winograd(self, net)
+        winograd_dx = net.delta is not None and path in (ConvPath.WINOGRAD4X4,
+                                                          ConvPath.WINOGRAD2X2)
         if self._batched(n):
             self._backward_gemms_batched(net, m, k, n, not winograd_dx)
         else:

@@ -85,27 +85,21 @@ def kernel_key(l, net) -> str:
     parts = [l.type, str(getattr(l, "activation", ""))]
     if l.type == "convolutional":
         # size and stride change no kernel: im2col takes them as values
-        parts += [l.forward_path(net), str(l.batch_normalize), str(l.groups > 1)]
+        parts += [l.forward_path(net).value, str(l.batch_normalize), str(l.groups > 1)]
     elif l.type == "maxpool":
         parts += [str(l.size), str(l.stride), str((l.out_w, l.out_h) == (l.w, l.h))]
     return "/".join(parts)
 
 
 def forward_kernels(l, net) -> list:
-    """The main compiled kernels (numba dispatchers) layer `l`'s test-mode forward calls."""
-    from ..kernels import blas, direct, fused, im2col, winograd, yolo, yolo_ab
+    """The main compiled kernels (numba dispatchers) layer `l`'s test-mode forward calls (a
+    convolution's: those of its path, as the planner names them, layers/conv_plan.py)."""
+    from ..kernels import blas, yolo, yolo_ab
+    from ..layers import conv_plan
     from ..layers.yolo_ab import AbYoloLayer
     t = l.type
     if t == "convolutional":
-        path = l.forward_path(net)
-        if path == "direct":                # the biases / batch norm fused into it
-            return [direct.conv3x3_direct_cpu]
-        return ({"winograd4x4": [winograd.winograd_filters_cpu, winograd.winograd_input_cpu,
-                                 winograd.winograd_output_cpu],
-                 "winograd2x2": [winograd.winograd_filters_cpu, winograd.winograd2_input_cpu,
-                                 winograd.winograd2_output_cpu],
-                 "1x1": [], "im2col": [im2col.im2col_batch_cpu]}[path]
-                + [fused.batchnorm_bias_activate if l.batch_normalize else fused.bias_activate])
+        return conv_plan.forward_kernels(l, l.forward_path(net))
     if t == "maxpool":
         return [l.forward_kernel()]
     if t == "upsample":
@@ -300,7 +294,7 @@ def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: flo
     second of two background helpers)."""
     import numpy as np
 
-    from ..layers.conv_winograd import use_winograd
+    from ..layers.conv_plan import use_winograd
     from ..parser import load_network
     net = load_network(cfg, None, batch=batch, dialect=dialect, exact=exact)
     if (net.w, net.h) != (w, h):
@@ -319,7 +313,7 @@ def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: flo
     # convolution calls; taken here at the same time they would be compiled twice
     order = list(reversed(range(len(net.layers))))
     convolutions = [i for i in order if net.layers[i].type == "convolutional"]
-    winograd = [i for i in convolutions if use_winograd(net.layers[i], net)]
+    winograd = [i for i in convolutions if use_winograd(net.layers[i], net.train, net.exact)]
     if forwards:
         for i in range(len(net.layers)):
             task(kernel_key(net.layers[i], net), lambda i=i: run_layer(net, i, x))

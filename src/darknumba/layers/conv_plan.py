@@ -1,0 +1,214 @@
+"""How a [convolutional] layer is computed: Darknet's one forward_convolutional_layer (im2col +
+GEMM) runs here on one of five paths, and this module is the only place that chooses among
+them. Every threshold lives here with the measurements behind it; the layer's forward and
+backward (ConvolutionalLayer.forward_path), `darknumba bench`'s path column and the first
+run's compile (vision/compile_ahead.py, which compiles the kernels named by `kernels`) all ask
+`plan`.
+
+    plan(l, training, exact) -> ConvPath   the path of layer l's forward (and backward)
+    kernels(path)            -> (...)      the compiled kernels that path's forward calls
+    kernels(path, backward=True)           ... and those its training backward calls
+    forward_kernels(l, path) -> [...]      kernels(path) + the layer's bias / batch-norm sweep
+
+The rules, in the order plan applies them:
+  1. DIRECT: a thin 3x3 stride-1 convolution (direct_thin: DIRECT_MAX_K, and
+     DIRECT_MAX_K_FEW_FILTERS for few filters), in training and at inference alike;
+  2. WINOGRAD4X4 / WINOGRAD2X2: a large enough 3x3 stride-1 convolution, not exact, not under
+     compat= (use_winograd; the inference and training rules differ), F(2x2) at inference on
+     small maps (winograd_tile);
+  3. ONE_BY_ONE: a 1x1 convolution whose input is its column matrix (direct_1x1);
+  4. IM2COL: everything else, im2col + GEMM (one GEMM per image, or in training per chunk of
+     images on small maps: batched).
+"""
+from __future__ import annotations
+
+import enum
+
+from ..kernels import direct, fused, gemm, im2col, winograd
+from ..kernels.winograd import tiles_of
+
+
+class ConvPath(str, enum.Enum):
+    """A convolution's path; its value is the name `darknumba bench` prints (a ConvPath equals
+    and formats as that string)."""
+    DIRECT = "direct"               # thin 3x3 kernel, biases / batch norm fused (kernels/direct.py)
+    WINOGRAD4X4 = "winograd4x4"     # Winograd F(4x4, 3x3) (layers/conv_winograd.py)
+    WINOGRAD2X2 = "winograd2x2"     # Winograd F(2x2, 3x3), inference on small maps
+    ONE_BY_ONE = "1x1"              # the input is the column matrix: GEMM only
+    IM2COL = "im2col"               # im2col + GEMM, as Darknet
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
+# -- direct vs im2col --------------------------------------------------------------------------
+# stride-1 convolutions with at most this many inputs per output (c*size*size) run as a direct
+# convolution (kernels/direct.py) rather than im2col + GEMM: measured here, the direct kernel
+# wins up to K = 144 (yolov3-tiny's first two layers: 1.8x forward at batch 1, 1.4-5x in
+# training) and loses from K = 288 on, where BLAS runs near its peak
+DIRECT_MAX_K = 160
+# ... except for few filters: a GEMM of M <= 32 rows runs far from the BLAS peak, and the direct
+# kernel wins up to K = 288 (measured on a 2-core AMD EPYC, AVX2: yolov4-tiny's 32 -> 32
+# layers 4 and 5 at 104x104, 0.77-0.79x forward, 0.81-0.83x forward+backward at batch 8;
+# with 64 filters, yolov3-tiny's layer 4, it loses: 1.13x). At inference too since a first
+# `detect` no longer waits for the compile (numpy_forward.py): yolov4-tiny's layers 4 and 5
+# 4.8 -> 3.4 ms each at batch 1 (same machine). Not under compat=, whose paths are the ones
+# checked against C darknet's recorded tensors (its sums' order)
+DIRECT_MAX_K_FEW_FILTERS = 288
+FEW_FILTERS = 32
+
+# -- Winograd ----------------------------------------------------------------------------------
+# Where Winograd pays, measured per layer in a network's sequence (at a99f427, medians of
+# 40 forwards interleaved with the exact path, Winograd / exact time; the transforms channels
+# last, kernels/winograd.py): 0.47-0.73 on yolov3's, yolov4-tiny's and yolov3-tiny's 3x3 layers
+# from 64 channels at 26x26 to 104x104 (0.2-1.6 BFLOPs), 0.60-0.93 at 13x13 (4x4 tiles, the
+# output padded to 16x16; 256-512 channels), 0.84-0.94 at 32 -> 64 channels, but 0.87-1.04
+# at 32 -> 32 (yolov4-tiny 4, 5, which the direct kernel takes) and 16 -> 32 (yolov3-tiny 2).
+# The transforms cost about tiles * (c + n), the GEMMs tiles * c * n: what decides is
+# c * n / (c + n), from WINOGRAD_MIN_CN on.
+# Output tiles per image from which it is taken (13x13 outputs have 16)
+WINOGRAD_MIN_TILES = 16
+# input channels from which it is taken: over RGB (c = 3) the transforms cost more than the
+# GEMMs save (2x slower than im2col + GEMM)
+WINOGRAD_MIN_C = 16
+# c * n / (c + n) from which it is taken (32 -> 64 channels: 21.3; 32 -> 32: 16)
+WINOGRAD_MIN_CN = 20
+# multiply-adds (as BFLOPs, Darknet's count) from which it is taken: the smallest layers
+# measured winning had 0.2
+WINOGRAD_MIN_BFLOPS = 0.15
+# In training (batch 8) the exact path runs a chunk of images as one GEMM, and the input
+# gradient is a second Winograd convolution: there the 0.2-0.4 BFLOPs layers lost (yolov3-tiny's
+# and yolov4-tiny's training steps 1.23-1.28x longer with them than without, at a99f427), so
+# training keeps the earlier thresholds: 0.6 BFLOPs from 26x26 (49 tiles) on
+TRAIN_MIN_BFLOPS = 0.6
+TRAIN_MIN_TILES = 49
+# F(4x4) tiles per image below which inference takes F(2x2, 3x3) (kernels/winograd.py): on
+# 13x13 maps at batch 1 (16 tiles) it took 0.80-1.02 of F(4x4)'s time on yolov4-tiny's,
+# yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
+# 1.07-1.11x, from 26x26 on 1.05-1.12x
+WINOGRAD_F2_BELOW = 25
+
+# -- one GEMM per image or per chunk of images -------------------------------------------------
+# maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
+# nearer the BLAS peak, and the weight gradient gets one long reduction); larger maps take one
+# GEMM per image, which is as fast there and writes each image's output straight into place
+# instead of transposing the batch's m x batch x n result (measured here: yolov3-tiny layers 4
+# and 6 at batch 8). Training only: at inference every image gets a GEMM of its own, as in
+# Darknet, so that an image's outputs do not depend on its slot in the batch or on the batch
+# size (OpenBLAS sums a column of a longer product in another order when it falls in the
+# kernel's tail block: seen on AVX2 machines, as last-digit differences in detections)
+BATCH_GEMM_MAX_N = 2048
+
+# the names above: tests/test_conv_plan.py checks that no other module defines them
+THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "WINOGRAD_MIN_TILES",
+              "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS", "TRAIN_MIN_BFLOPS",
+              "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "BATCH_GEMM_MAX_N")
+
+
+def plan(l, training: bool, exact: bool = False) -> ConvPath:
+    """The path of convolution `l`'s forward (and backward) in training or at inference;
+    `exact`: the network keeps Darknet's im2col + GEMM wherever it has no exact alternative
+    (no Winograd; load_network(..., exact=True))."""
+    if direct_thin(l):
+        return ConvPath.DIRECT
+    if use_winograd(l, training, exact):
+        return ConvPath.WINOGRAD2X2 if winograd_tile(l, training) == 2 else ConvPath.WINOGRAD4X4
+    return ConvPath.ONE_BY_ONE if direct_1x1(l) else ConvPath.IM2COL
+
+
+def direct_thin(l) -> bool:
+    """A thin stride-1 convolution computed directly (see DIRECT_MAX_K and
+    DIRECT_MAX_K_FEW_FILTERS), in training and at inference alike (the forward pass and
+    the gradients); same sums as the GEMM path up to float32 rounding of their order."""
+    return (l.size == 3 and l.stride == 1 and l.groups == 1 and l.pad <= 2
+            and not l.ext and (l.c * 9 <= DIRECT_MAX_K or (
+                l.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and l.n <= FEW_FILTERS
+                and l.quirks.compat is None)))
+
+
+def direct_1x1(l) -> bool:
+    """1x1 convolutions multiply the input itself, without im2col. Darknet's CPU code does
+    this even for stride > 1, reading the wrong pixels; we do it only where it is exact,
+    unless quirks.strided_1x1_misread asks for Darknet's behaviour."""
+    if l.size != 1 or l.ext:
+        return False
+    return (l.stride == 1 and l.pad == 0) or l.quirks.strided_1x1_misread
+
+
+def winograd_eligible(l, train=False) -> bool:
+    """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own) large enough
+    to pay: at inference WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_CN and
+    WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C, TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
+    if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
+            or l.share_layer is not None or l.c < WINOGRAD_MIN_C:
+        return False
+    th, tw = tiles_of(l.out_h, l.out_w)
+    if train:
+        return l.bflops >= TRAIN_MIN_BFLOPS and th * tw >= TRAIN_MIN_TILES
+    return (l.c * l.n >= WINOGRAD_MIN_CN * (l.c + l.n) and l.bflops >= WINOGRAD_MIN_BFLOPS
+            and th * tw >= WINOGRAD_MIN_TILES)
+
+
+def use_winograd(l, training: bool, exact: bool = False) -> bool:
+    """Winograd for this layer's forward and, in training, its input gradient: not exact, not
+    under a compat mode, eligible (for training or inference)."""
+    return not exact and l.quirks.compat is None and winograd_eligible(l, training)
+
+
+def winograd_tile(l, train=False) -> int:
+    """The output tile size m of F(m x m, 3x3) for an eligible layer: 2 at inference on maps
+    with fewer than WINOGRAD_F2_BELOW 4x4 tiles, else 4."""
+    th, tw = tiles_of(l.out_h, l.out_w)
+    return 2 if not train and th * tw < WINOGRAD_F2_BELOW else 4
+
+
+def batched(l, n) -> bool:
+    """The whole batch (in chunks) in one GEMM, for a map of `n` output pixels (see
+    BATCH_GEMM_MAX_N; the forward asks only in training, the backward always)."""
+    return l.groups == 1 and n < BATCH_GEMM_MAX_N and not l.ext
+
+
+# the main compiled kernels (numba dispatchers) each path's forward calls, before the bias /
+# batch-norm sweep (forward_kernels adds it; the direct kernel fuses it)
+FORWARD_KERNELS = {
+    ConvPath.DIRECT: (direct.conv3x3_direct_cpu,),
+    ConvPath.WINOGRAD4X4: (winograd.winograd_filters_cpu, winograd.winograd_input_cpu,
+                           winograd.winograd_output_cpu),
+    ConvPath.WINOGRAD2X2: (winograd.winograd_filters_cpu, winograd.winograd2_input_cpu,
+                           winograd.winograd2_output_cpu),
+    ConvPath.ONE_BY_ONE: (),
+    ConvPath.IM2COL: (im2col.im2col_batch_cpu,),
+}
+# ... and its training backward: the weight gradient (im2col + GEMM but for the direct path),
+# the input gradient (col2im, or F(4x4) Winograd with the rotated filters on both Winograd
+# paths; training plans only F(4x4))
+_WINOGRAD_BACKWARD = (im2col.im2col_batch_cpu, gemm.add_transposed, winograd.winograd_filters_cpu,
+                      winograd.winograd_input_cpu, winograd.winograd_output_cpu)
+BACKWARD_KERNELS = {
+    ConvPath.DIRECT: (direct.conv3x3_direct_weight_grad_cpu, direct.flip_weights,
+                      direct.conv3x3_direct_cpu),
+    ConvPath.WINOGRAD4X4: _WINOGRAD_BACKWARD,
+    ConvPath.WINOGRAD2X2: _WINOGRAD_BACKWARD,
+    ConvPath.ONE_BY_ONE: (gemm.add_transposed,),
+    ConvPath.IM2COL: (im2col.im2col_batch_cpu, gemm.add_transposed, im2col.col2im_batch_cpu),
+}
+
+
+def kernels(path: ConvPath, backward: bool = False) -> tuple:
+    """The compiled kernels `path`'s forward calls (with `backward`: those its training
+    backward calls), without the layer's bias / batch-norm sweep (forward_kernels)."""
+    return (BACKWARD_KERNELS if backward else FORWARD_KERNELS)[ConvPath(path)]
+
+
+def forward_kernels(l, path: ConvPath) -> list:
+    """Every main kernel convolution `l`'s test-mode forward calls on `path`: kernels(path),
+    then, but on the direct path (which fuses them), the biases or batch norm and the
+    activation in one sweep."""
+    path = ConvPath(path)
+    if path is ConvPath.DIRECT:
+        return list(kernels(path))
+    return list(kernels(path)) + [fused.batchnorm_bias_activate if l.batch_normalize
+                                  else fused.bias_activate]
