@@ -13,8 +13,8 @@ from darknumba.kernels.fused import (batchnorm_backward, batchnorm_backward_delt
                                      mean_variance_cpu)
 from darknumba.parser import parse_network_cfg
 from darknumba.train.data_parallel import DataParallel, SyncBatchNorm
-from darknumba.train.detector import train_iteration
 from darknumba.train.distributed import Communicator, SingleProcess
+from darknumba.train.step import train_iteration
 
 f32 = np.float32
 rng = np.random.default_rng(11)

@@ -14,9 +14,9 @@ import pytest
 
 import darknumba as dn
 from darknumba.errors import DarknumbaError
-from darknumba.train.detector import (Schedule, TrainingStopped, TrainOptions, load_partial_weights,
-                                      train_detector)
+from darknumba.train.detector import Schedule, TrainOptions, load_partial_weights, train_detector
 from darknumba.train.lock import LOCK_NAME
+from darknumba.train.step import TrainingStopped
 from darknumba.weights import read_header
 
 pytestmark = pytest.mark.slow

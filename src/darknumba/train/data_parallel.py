@@ -41,6 +41,7 @@ from ..layers.batchnorm import update_rolling_stats
 from ..parser import parse_network_cfg
 from .distributed import (DEFAULT_TIMEOUT, STARTUP_TIMEOUT, Communicator, SingleProcess, agreed,
                           communicator, stop_all_on_error)
+from .step import TrainingStopped, find_nonfinite_layer, train_iteration
 
 # (parameter, its *_updates array) as Darknet names them on a layer
 GRADIENTS = (("weights", "weight_updates"), ("biases", "bias_updates"),
@@ -65,7 +66,6 @@ class OneProcess:
         return None
 
     def train_iteration(self, net, X, T, last_checkpoint=None, stop=None) -> float:
-        from .detector import train_iteration
         return train_iteration(net, X, T, last_checkpoint)
 
     def rank_options(self, opts):
@@ -252,7 +252,6 @@ class DataParallel:
     def train_iteration(self, net, X, T, last_checkpoint=None, stop=None) -> float:
         """This rank's mini-batches (or parts), then the gradient sum and the update every rank
         applies. Returns the iteration's summed loss, as train_iteration does."""
-        from .detector import TrainingStopped, find_nonfinite_layer
         t0 = time.perf_counter()
         self.last_checkpoint = last_checkpoint
         if stop is not None and not self.shared_stop:

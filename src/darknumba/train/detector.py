@@ -16,11 +16,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
 from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
 from ..data.loader import AbMultiScale, DetectionLoader, MultiScale
-from ..dialect import defaults_for
+from ..dialect import PJREDDIE, defaults_for
 from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
@@ -29,15 +27,12 @@ from ..weights import load_weights, peek_version, plan_weights, save_weights
 from .alexeyab import (AB, AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
                        iteration_line, refuse_dynamic_minibatch)
 from .checkpoint import check_backups_not_inputs, remove_stale_temps, save_checkpoint
+from .data_parallel import OneProcess
 from .history import Progress, TrainingHistory
 from .lock import holds_backup_lock, lock_backup
 
 
-class TrainingStopped(DarknumbaError):
-    """The run stopped on a NaN/Inf loss; the message names the iteration and the layer."""
-
-
-PJ = defaults_for("pjreddie")
+PJ = defaults_for(PJREDDIE)
 
 
 @dataclass
@@ -111,27 +106,6 @@ def load_partial_weights(net, path, allow_partial: bool = True) -> int:
     return plan.layers
 
 
-def train_iteration(net, X, T, last_checkpoint=None) -> float:
-    """One iteration: train_datum on each of the `subdivisions` slices of the batch; returns
-    the summed loss. A NaN or Inf loss stops the run, naming the iteration and the first layer
-    with non-finite values, without saving."""
-    total = 0.0
-    for s in range(net.subdivisions):
-        sl = slice(s * net.batch, (s + 1) * net.batch)
-        err = net.train_datum(X[sl], T[sl])
-        if not math.isfinite(err):
-            bad = find_nonfinite_layer(net)
-            where = (f"layer {bad[0]} ({bad[1]}) {bad[2]}" if bad else
-                     "no single layer (the sum overflowed)")
-            raise TrainingStopped(
-                f"iteration {net.current_batch()}: loss is {err} (first non-finite values in "
-                f"{where}); stopping without saving. Last good checkpoint: "
-                f"{last_checkpoint or 'none written yet'}. Try a lower learning_rate or a "
-                f"longer burn_in")
-        total += err
-    return total
-
-
 def training_network(cfgfile, opts, log, batch=None):
     """The network a training run starts from: Darknet's random initialisation (opts.seed),
     then whatever layers opts.weights covers; --clear and --max-batches applied. batch: the
@@ -159,24 +133,10 @@ def partial(cfg, weights, out, n: int, log=print, dialect: str | None = None):
                             weights_version=peek_version(weights))
     if not 0 <= n <= net.n:
         raise DarknumbaError(f"partial: N = {n} outside 0..{net.n} ({cfg} has {net.n} layers)")
-    load_weights(net, weights, cutoff=n if net.dialect == "alexeyab" else None)
+    load_weights(net, weights, cutoff=n if net.quirks.partial_reads_kept_layers else None)
     net.seen = 0
     save_weights(net, out, cutoff=n)
     log(f"saved layers 0..{n - 1} of {cfg} to {out}")
-
-
-def find_nonfinite_layer(net):
-    """(index, layer type, what) of the first layer whose cost, output or delta is not finite."""
-    for i, l in enumerate(net.layers):
-        if l.cost is not None and not math.isfinite(float(l.cost)):
-            return i, l.type, "cost"
-        if not np.isfinite(l.output).all():
-            return i, l.type, "output"
-    for i in range(net.n - 1, -1, -1):
-        l = net.layers[i]
-        if l.delta is not None and not np.isfinite(l.delta).all():
-            return i, l.type, "delta"
-    return None
 
 
 def yolo_stats_lines(net) -> list[str]:
@@ -215,7 +175,7 @@ class StopFlag:
 def dialect_rules(net, dc, opts: TrainOptions, start: int, log):
     """(augmentation, input sizes, checkpoint schedule, EMA or None): pjreddie's, or under the
     alexeyab dialect AlexeyAB's (from its last [yolo] layer, [net] and the .data file)."""
-    if net.dialect != "alexeyab":
+    if not net.quirks.train_detector_alexeyab:
         return (AugmentConfig.from_network(net, letterbox=opts.letterbox),
                 MultiScale(net.w, net.h, bool(getattr(net.layers[-1], "random", 0)), opts.seed,
                            net.max_batches), opts.schedule, None)
@@ -247,7 +207,6 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         "the cfg": cfgfile, "the data file": datacfg, "the training list": train_list,
         "the valid list": dc.resolve(dc.valid), "the names file": dc.resolve(dc.names)})
 
-    from .data_parallel import OneProcess
     par = opts.parallel or OneProcess()
     net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts))
     par.setup(net, log)
@@ -324,7 +283,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                 if ema is not None:
                     ema.step(i, log)
                 seconds = time.time() - t0
-                if net.dialect == "alexeyab":
+                if net.quirks.train_detector_alexeyab:
                     line = iteration_line(i, loss, avg_loss, net.current_rate(), seconds,
                                           i * imgs, hours_left(net.max_batches - i,
                                                                seconds + t_load))
