@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import DarknumbaError
+from .errors import DarknumbaError, DataError
 from .inputs import MAX_TEXT, read_bytes
 
 
@@ -20,3 +20,8 @@ def read_text(path, what: str, error: type[DarknumbaError] = DarknumbaError) -> 
         line = data.count(b"\n", 0, e.start) + 1
         raise error(f"{path}: {what} is not UTF-8 text: byte 0x{data[e.start]:02x} at offset "
                     f"{e.start} (line {line})") from None
+
+
+def read_list(path, what: str = "list") -> list[str]:
+    """get_paths / get_labels: one entry per non-empty line."""
+    return [ln.strip() for ln in read_text(path, what, DataError).splitlines() if ln.strip()]

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DataError
-from ..textfile import read_text
+from ..textfile import read_list, read_text
 
 POLICIES = ("skip", "stop")
 MAX_CLASSES = 1 << 20          # far above any real dataset (YOLO9000's tree has 9418)
@@ -105,11 +105,6 @@ def names_file_of(datacfg) -> Path:
         if p.is_file():
             return p
     raise DataError(f"names file {rel} (from {datacfg}) not found")
-
-
-def read_list(path, what: str = "list") -> list[str]:
-    """get_paths / get_labels: one entry per non-empty line."""
-    return [ln.strip() for ln in read_text(path, what, DataError).splitlines() if ln.strip()]
 
 
 class ImageList(list):

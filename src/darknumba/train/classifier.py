@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..cfg import read_cfg
-from ..data.datasets import data_int, get_paths, read_data_cfg, read_list
+from ..data.datasets import data_int, get_paths, read_data_cfg
 from ..errors import DarknumbaError, DataError
+from ..textfile import read_list
 from ..vision.augment import rand_scale, rand_uniform, random_distort_image
 from ..vision.image import letterbox_image, load_image, resize_image
 from .checkpoint import check_backups_not_inputs, remove_stale_temps, save_checkpoint

@@ -49,7 +49,7 @@ from ..detections import Detections
 from ..errors import DataError
 from ..network import Network
 from ..parser import load_network
-from ..textfile import read_text
+from ..textfile import read_list, read_text
 from .box import detect, detection_layers, detection_results, format_lines
 from .box_ab import detection_results_v3, format_lines_v3
 from .draw import draw_detections, save_png
@@ -84,7 +84,6 @@ def find_default(rel: str) -> Path | None:
 
 def get_labels(path) -> list[str]:
     """get_labels: one name per line (a UTF-8 text file)."""
-    from ..data.datasets import read_list
     return read_list(path, what="names file")
 
 
