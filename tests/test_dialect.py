@@ -71,6 +71,42 @@ def test_no_compat_string_compares_outside_dialect():
     assert offenders == []
 
 
+def _dialect_switches(path: Path) -> list[str]:
+    """Where a module names a dialect as a string literal ("pjreddie", "alexeyab": a compare,
+    a dict key, a default) or compares a `.dialect`/`dialect`/DIALECTS constant at all."""
+    where = path.relative_to(SRC) if path.is_relative_to(SRC) else path.name
+    import ast
+    names = {"pjreddie", "alexeyab"}
+    constants = {"PJREDDIE", "ALEXEYAB", "DEFAULT_DIALECT"}
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Constant) and node.value in names:
+            found.append(f"{where}:{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.Compare) and not all(
+                isinstance(op, (ast.Is, ast.IsNot)) for op in node.ops):   # `dialect is None`
+            for side in (node.left, *node.comparators):
+                name = side.attr if isinstance(side, ast.Attribute) else getattr(side, "id", None)
+                if name in constants or name == "dialect":
+                    found.append(f"{where}:{node.lineno}: compares {name}")
+    return found
+
+
+def test_dialect_reaches_code_only_through_quirks():
+    """Outside dialect.py nobody asks which dialect a network follows: each difference is a
+    named field of Quirks (or Defaults). A user-given name is passed to dialect.py as it is."""
+    offenders = [hit for p in sorted(SRC.rglob("*.py")) if p.name != "dialect.py"
+                 for hit in _dialect_switches(p)]
+    assert offenders == []
+
+
+def test_dialect_switch_finder_sees_compares(tmp_path):
+    bad = tmp_path / "probe.py"
+    bad.write_text('x = net.dialect == "alexeyab"\ny = {PJREDDIE: 1}\nz = kind != ALEXEYAB\n'
+                   'ok = dialect is None\n')
+    assert sorted(h.split(":", 1)[1] for h in _dialect_switches(bad)) == [
+        "1: 'alexeyab'", "1: compares dialect", "3: compares ALEXEYAB"]
+
+
 BASE = "[net]\nwidth=8\nheight=8\nchannels=3\n"
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DIALECTS = ("pjreddie", "alexeyab")
+PJREDDIE, ALEXEYAB = DIALECTS = ("pjreddie", "alexeyab")
+DEFAULT_DIALECT = PJREDDIE      # what a network follows when nothing says otherwise
 COMPAT_MODES = (None, "darknet-cpu")
 
 # What AlexeyAB's parser reads and pjreddie's does not (parser.c of each, section by section):
@@ -102,19 +103,27 @@ class Defaults:
     # at max_batches - ema_apply_before_end
     ema_start_divisor: int = 2
     ema_apply_before_end: int = 1000
+    # -- `rnn train` (train_char_rnn) -----------------------------------------------------------
+    rnn_reset_odds: int = 64        # a stream jumps to a random offset once in this many data
+    rnn_checkpoint_every: int = 10000   # <cfg>_<i>.weights
+    rnn_backup_every: int = 100     # <cfg>.backup
 
 
 # whose defaults, by dialect (docs/alexeyab-defaults.md: the C line of every field)
 DEFAULTS = {
     "pjreddie": Defaults(detect_thresh=0.5, test_thresh=0.5, letterbox=True),
     "alexeyab": Defaults(detect_thresh=0.24, test_thresh=0.25, letterbox=False,
-                         valid_thresh=0.001, valid_nms=0.6),
+                         valid_thresh=0.001, valid_nms=0.6, rnn_reset_odds=10,
+                         rnn_checkpoint_every=1000, rnn_backup_every=10),
 }
+
+
+TITLES = {PJREDDIE: "pjreddie's", ALEXEYAB: "AlexeyAB's"}
 
 
 def defaults_for(dialect: str | None = None) -> Defaults:
     """The command defaults of `dialect` ("pjreddie" when None)."""
-    dialect = dialect or "pjreddie"
+    dialect = dialect or DEFAULT_DIALECT
     if dialect not in DEFAULTS:
         raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, not {dialect!r}")
     return DEFAULTS[dialect]
@@ -187,11 +196,31 @@ class Quirks:
     # its detections, NMS kinds and loss (iou_loss, ignore rule, iou_thresh, ...); without it
     # AlexeyAB's [yolo] keys are refused
     yolo_alexeyab: bool = False
+    # [net] reads AlexeyAB's own keys too (parser.parse_ab_net_options: augmentation, ema,
+    # letter_box, resize_step, ...)
+    net_ab_keys: bool = False
+    # policy= names: AlexeyAB's parser says "sigmoid" (not "sig") and adds "sgdr"
+    policy_sigmoid_sgdr: bool = False
+    # `partial` reads only the layers it keeps (AlexeyAB's load_weights_upto with a cutoff),
+    # so the cfg may have another head; pjreddie's loads the whole file first
+    partial_reads_kept_layers: bool = False
+    # `detector train` follows AlexeyAB's train_detector: its augmentation, multi-scale rule,
+    # checkpoint names and cadence (.data savelast/saveweights), EMA and progress line
+    train_detector_alexeyab: bool = False
+    # `rnn train` prints AlexeyAB's header (global_batch, text_size); `rnn valid` prints no BPC
+    char_rnn_alexeyab: bool = False
+    # `detect`/`detector test` print boxes as AlexeyAB's draw_detections_v3 does
+    print_detections_v3: bool = False
 
     @property
     def defaults(self) -> Defaults:
         """The dialect's command defaults (thresholds, letterbox, checkpoint cadence)."""
         return DEFAULTS[self.dialect]
+
+    @property
+    def title(self) -> str:
+        """Whose Darknet, as a reader names it: "pjreddie's" or "AlexeyAB's"."""
+        return TITLES[self.dialect]
 
     @property
     def name(self) -> str:
@@ -239,7 +268,7 @@ def choose_dialect(sections, dialect: str | None = None,
 def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
     """The behaviours of `dialect` ("pjreddie" when None) under `compat`. AlexeyAB's CPU code
     has none of pjreddie's CPU quirks, but bugs of its own."""
-    dialect = dialect or "pjreddie"
+    dialect = dialect or DEFAULT_DIALECT
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, not {dialect!r}")
     if compat not in COMPAT_MODES:
@@ -247,7 +276,10 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
     if dialect == "alexeyab":
         return Quirks(dialect, compat, bn_epsilon_inside_sqrt=True,
                       bn_delta_eps_outside_sqrt=compat == "darknet-cpu", bn_rolling_momentum=0.9,
-                      weights_version=(0, 2, 5), yolo_alexeyab=True,
+                      weights_version=(0, 2, 5), yolo_alexeyab=True, net_ab_keys=True,
+                      policy_sigmoid_sgdr=True, partial_reads_kept_layers=True,
+                      train_detector_alexeyab=True, char_rnn_alexeyab=True,
+                      print_detections_v3=True,
                       col2im_zeroes_delta=compat == "darknet-cpu",
                       sam_overwrites_from_delta=compat == "darknet-cpu",
                       bn_bias_not_updated=compat == "darknet-cpu",
@@ -257,7 +289,8 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       overwrite_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,
-                  overwrite_delta=cpu, batchnorm_layer_not_updated=cpu, region_no_backward=cpu, rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,
+                  overwrite_delta=cpu, batchnorm_layer_not_updated=cpu, region_no_backward=cpu,
+                  rnn_late_delta=cpu, two_pass_bn_stats=cpu, adam_ignored=cpu,
                   sig_unsigned_wrap=cpu)
 
 

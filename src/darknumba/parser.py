@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from .cfg import Section, read_cfg
-from .dialect import choose_dialect, quirks_for
+from .dialect import Quirks, choose_dialect, quirks_for
 from .errors import CfgError, CfgWarning, WeightsWarning
 from .layers import LAYER_TYPES
 from .layers import memory
@@ -74,7 +74,7 @@ def parse_net_options(s: Section, net: Network, batch: int | None,
     net.hue = s.find_float("hue", 0, at_least=0)
     if not net.inputs and not (net.h and net.w and net.c):
         raise s.error(None, "no input size: set width, height and channels (or inputs)")
-    net.policy = policy_name(s, net.quirks.dialect)
+    net.policy = policy_name(s, net.quirks)
     net.burn_in = s.find_int("burn_in", 0, at_least=0)
     net.power = s.find_float("power", 4)
     if net.policy == "step":
@@ -101,20 +101,21 @@ def parse_net_options(s: Section, net: Network, batch: int | None,
         raise s.error("max_batches", "policy=poly needs max_batches > 0")
 
 
-# The cfg names of the rate policies, per dialect (AlexeyAB says "sigmoid" and adds "sgdr")
-POLICY_NAMES = {"pjreddie": {p: p for p in POLICIES if p != "sgdr"},
-                "alexeyab": {**{p: p for p in POLICIES if p != "sig"}, "sigmoid": "sig"}}
+# The cfg names of the rate policies, by Quirks.policy_sigmoid_sgdr (AlexeyAB says "sigmoid"
+# and adds "sgdr")
+POLICY_NAMES = {False: {p: p for p in POLICIES if p != "sgdr"},
+                True: {**{p: p for p in POLICIES if p != "sig"}, "sigmoid": "sig"}}
 
 
-def policy_name(s: Section, dialect: str) -> str:
+def policy_name(s: Section, quirks: Quirks) -> str:
     name = s.find_str("policy", "constant")
-    names = POLICY_NAMES[dialect]
+    names = POLICY_NAMES[quirks.policy_sigmoid_sgdr]
     if name in names:
         return names[name]
     hint = ""
-    if dialect == "alexeyab" and name == "sig":
+    if quirks.policy_sigmoid_sgdr and name == "sig":
         hint = " (AlexeyAB's Darknet calls it 'sigmoid'; with 'sig' it falls back to constant)"
-    elif dialect == "pjreddie" and name in ("sigmoid", "sgdr"):
+    elif not quirks.policy_sigmoid_sgdr and name in ("sigmoid", "sgdr"):
         hint = " (that is AlexeyAB's name: --dialect alexeyab)"
     raise s.error("policy", f"unknown policy {name!r}{hint}; expected one of "
                             f"{', '.join(names)}")
@@ -235,7 +236,7 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     net.quirks = quirks
     net.dialect_reason = reason
     parse_net_options(first, net, batch, time_steps)
-    if quirks.dialect == "alexeyab":
+    if quirks.net_ab_keys:
         parse_ab_net_options(first, net)
     _warn_unused(first)
     if len(sections) == 1:

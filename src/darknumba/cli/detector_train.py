@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from ..dialect import defaults_for
+from ..dialect import ALEXEYAB, PJREDDIE, defaults_for
 from .darknet_flags import DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut
 from .detector import detector_app
 from .options import CheckEveryOption, DialectOption, ExactOption, MpiTimeoutOption, SyncBnOption, not_nan
@@ -16,7 +16,7 @@ from .options import CheckEveryOption, DialectOption, ExactOption, MpiTimeoutOpt
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
 WeightsArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")]
-PJ, AB = defaults_for("pjreddie"), defaults_for("alexeyab")     # dialect.Defaults
+PJ, AB = defaults_for(PJREDDIE), defaults_for(ALEXEYAB)     # dialect.Defaults
 
 
 def train(data: DataArg, cfg: CfgArg,

@@ -110,7 +110,7 @@ def valid(cfg: CfgArg,
             raise DataError(f"the standard input holds more than {MAX_TEXT:,} bytes of text")
     line = None
     for count, bpc, ppl, wppl in valid_char_rnn(net, os.fsencode(seed), data):
-        line = (f"{count} " + ("" if net.dialect == "alexeyab" else f"BPC: {bpc:4.4f}   ")
+        line = (f"{count} " + ("" if net.quirks.char_rnn_alexeyab else f"BPC: {bpc:4.4f}   ")
                 + f"Perplexity: {ppl:4.4f}    Word Perplexity: {wppl:4.4f}")
         if count % log_every == 0:
             typer.echo(line)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..dialect import DEFAULT_DIALECT
 from ..errors import DarknumbaError
 from ..inputs import read_bytes
 from ..textfile import read_text
@@ -203,7 +204,7 @@ def read_truth(path, net) -> np.ndarray:
     return _fit(read_floats(path, "truth"), net.truths, net.batch, path, "truth")
 
 
-def _load(cfg, weights, batch, perturb, log, dialect="pjreddie"):
+def _load(cfg, weights, batch, perturb, log, dialect=DEFAULT_DIALECT):
     from ..parser import load_network
     net = load_network(cfg, weights, batch=batch, compat="darknet-cpu", dialect=dialect,
                        exact=True)
@@ -250,7 +251,7 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
         ours["letterbox"] = _our_letterbox(image, net)
     meta = ref.pop("meta")
     replayed = _load(cfg, weights, net.batch, perturb, None, tree.kind)
-    report = _report(f"{'AlexeyAB' if tree.kind == 'alexeyab' else 'C'} darknet at {tree.root}", cfg, weights, mode, tol, ours, ref, meta, net,
+    report = _report(f"{tree.title} darknet at {tree.root}", cfg, weights, mode, tol, ours, ref, meta, net,
                      replayed, t)
     ref["meta"] = meta
     return report, ours, ref
@@ -260,8 +261,8 @@ def _our_letterbox(image, net) -> np.ndarray:
     """What our detector feeds the network (as the shim does darknet's): pjreddie letterboxes;
     AlexeyAB resizes unless [net] letter_box=1. Loaded with the network's channels."""
     from ..vision.image import letterbox_image, load_image, resize_image
-    fit = resize_image if net.dialect == "alexeyab" and not getattr(net, "letter_box", 0) \
-        else letterbox_image
+    letterbox = net.quirks.defaults.letterbox or getattr(net, "letter_box", 0)
+    fit = letterbox_image if letterbox else resize_image
     one = fit(load_image(image, c=net.c), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)
 
@@ -279,7 +280,7 @@ def compare_npz(npz, cfg, weights, *, tol=DEFAULT_TOL, perturb=None, log=None):
     if "input" not in ref:
         raise DarknumbaError(f"--npz {npz}: no `input` tensor to run darknumba on")
     batch = manifest.get("net", {}).get("batch") or run.get("batch")
-    dialect = run.get("dialect", "pjreddie")
+    dialect = run.get("dialect", DEFAULT_DIALECT)
     net = _load(cfg, weights, batch, perturb, log, dialect)
     check_layers(npz, manifest, net.n)
     truth = ref.get("truth") if mode != "forward_test" else None

@@ -26,10 +26,13 @@ from pathlib import Path
 import numpy as np
 
 from ..data.fetch import cache_dir
+from ..dialect import ALEXEYAB, DEFAULT_DIALECT, PJREDDIE
 from ..errors import DarknumbaError
 
 SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
-SHIM_SOURCES = {"pjreddie": SHIM_SOURCE, "alexeyab": Path(__file__).with_name("compare_shim_ab.c")}
+SHIM_SOURCES = {PJREDDIE: SHIM_SOURCE, ALEXEYAB: Path(__file__).with_name("compare_shim_ab.c")}
+HANK_AI = "hank-ai"     # a tree kind compare refuses (Darknet V3 and later)
+TITLES = {PJREDDIE: "C", ALEXEYAB: "AlexeyAB"}     # "<title> darknet at DIR" in reports
 # Fields read from each layer, by run mode (names of darknet's `layer` struct members).
 FORWARD_FIELDS = ("output",)
 TRAIN_FORWARD_FIELDS = ("mean", "variance", "output", "delta", "cost", "rolling_mean",
@@ -66,11 +69,15 @@ class DarknetTree:
     library: Path
     gpu: bool = False
     cudnn: bool = False
-    kind: str = "pjreddie"
+    kind: str = DEFAULT_DIALECT
 
     @property
     def shim_source(self) -> Path:
         return SHIM_SOURCES[self.kind]
+
+    @property
+    def title(self) -> str:
+        return TITLES[self.kind]
 
     @classmethod
     def locate(cls, root) -> "DarknetTree":
@@ -91,13 +98,13 @@ class DarknetTree:
                                  f"`make` in it and pass that folder)")
         text = header.read_text(errors="replace")
         kind = tree_kind(root, text)
-        if kind == "hank-ai":
+        if kind == HANK_AI:
             raise DarknumbaError(
                 f"--darknet {root}: this is hank-ai's Darknet (V3 and later), whose public "
                 f"darknet.h keeps the network opaque, so compare cannot read its layers; it is "
                 f"not supported. Use an AlexeyAB/darknet or pjreddie/darknet build, or record "
                 f"tensors in an .npz and use --npz")
-        if kind == "pjreddie" and ("train_network_datum" not in text or "struct layer" not in text):
+        if kind is None:
             raise DarknumbaError(f"--darknet {root}: include/darknet.h does not declare "
                                  f"pjreddie's network API (train_network_datum, struct layer)")
         library = root / "libdarknet.so"
@@ -115,16 +122,18 @@ class DarknetTree:
                        self.shim_source.read_bytes())[:20]
 
 
-def tree_kind(root: Path, header_text: str) -> str:
-    """Which darknet DIR is: "hank-ai" (an opaque public header: DarknetNetworkPtr, no layer
-    struct), "alexeyab" (LIB_API, load_network_custom, its network_state struct) or
-    "pjreddie"."""
+def tree_kind(root: Path, header_text: str) -> str | None:
+    """Which darknet DIR is: HANK_AI (an opaque public header: DarknetNetworkPtr, no layer
+    struct), ALEXEYAB (LIB_API, load_network_custom, its network_state struct), PJREDDIE
+    (train_network_datum and struct layer), or None (neither's network API)."""
     if "DarknetNetworkPtr" in header_text or "Darknet::" in header_text or (
             "struct layer" not in header_text and (root / "src-lib").is_dir()):
-        return "hank-ai"
+        return HANK_AI
     if "load_network_custom" in header_text or "struct network_state" in header_text:
-        return "alexeyab"
-    return "pjreddie"
+        return ALEXEYAB
+    if "train_network_datum" in header_text and "struct layer" in header_text:
+        return PJREDDIE
+    return None
 
 
 def find_compiler() -> str:

@@ -16,12 +16,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..data.datasets import DetectionDataset, get_paths
-from ..dialect import defaults_for
+from ..dialect import ALEXEYAB, defaults_for
 from ..errors import DarknumbaError
 from ..parser import load_network
 from .checkpoint import save_checkpoint
 
-AB = defaults_for("alexeyab")
+AB = defaults_for(ALEXEYAB)
 
 
 class AbSchedule:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..data.datasets import DataIssues, DetectionDataset, get_paths, read_data_cfg
 from ..data.loader import AbMultiScale, DetectionLoader, MultiScale
-from ..dialect import defaults_for
+from ..dialect import PJREDDIE, defaults_for
 from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
@@ -32,7 +32,7 @@ from .history import Progress, TrainingHistory
 from .lock import holds_backup_lock, lock_backup
 
 
-PJ = defaults_for("pjreddie")
+PJ = defaults_for(PJREDDIE)
 
 
 @dataclass
@@ -133,7 +133,7 @@ def partial(cfg, weights, out, n: int, log=print, dialect: str | None = None):
                             weights_version=peek_version(weights))
     if not 0 <= n <= net.n:
         raise DarknumbaError(f"partial: N = {n} outside 0..{net.n} ({cfg} has {net.n} layers)")
-    load_weights(net, weights, cutoff=n if net.dialect == "alexeyab" else None)
+    load_weights(net, weights, cutoff=n if net.quirks.partial_reads_kept_layers else None)
     net.seen = 0
     save_weights(net, out, cutoff=n)
     log(f"saved layers 0..{n - 1} of {cfg} to {out}")
@@ -175,7 +175,7 @@ class StopFlag:
 def dialect_rules(net, dc, opts: TrainOptions, start: int, log):
     """(augmentation, input sizes, checkpoint schedule, EMA or None): pjreddie's, or under the
     alexeyab dialect AlexeyAB's (from its last [yolo] layer, [net] and the .data file)."""
-    if net.dialect != "alexeyab":
+    if not net.quirks.train_detector_alexeyab:
         return (AugmentConfig.from_network(net, letterbox=opts.letterbox),
                 MultiScale(net.w, net.h, bool(getattr(net.layers[-1], "random", 0)), opts.seed,
                            net.max_batches), opts.schedule, None)
@@ -283,7 +283,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
                 if ema is not None:
                     ema.step(i, log)
                 seconds = time.time() - t0
-                if net.dialect == "alexeyab":
+                if net.quirks.train_detector_alexeyab:
                     line = iteration_line(i, loss, avg_loss, net.current_rate(), seconds,
                                           i * imgs, hours_left(net.max_batches - i,
                                                                seconds + t_load))

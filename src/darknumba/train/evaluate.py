@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from ..dialect import defaults_for
+from ..dialect import ALEXEYAB, defaults_for
 from ..errors import DataError
 from ..outputs import atomic_output, atomic_write
 from .cocoeval import CocoEval, coco_evaluate
 
-AB = defaults_for("alexeyab")      # validate_detector_map's defaults (dialect.Defaults)
+AB = defaults_for(ALEXEYAB)      # validate_detector_map's defaults (dialect.Defaults)
 
 
 def box_iou(a, b) -> np.ndarray:

@@ -35,17 +35,6 @@ CHARACTERS = 256        # one input (and one output) per byte value
 MIN_PROB = 0.0001       # generation ignores outputs below this, as Darknet does
 
 
-@dataclass(frozen=True)
-class CharRnnRules:
-    """What the two Darknets' train_char_rnn do differently."""
-    reset_odds: int             # a stream jumps to a random offset once in this many data
-    checkpoint_every: int       # <cfg>_<i>.weights
-    backup_every: int           # <cfg>.backup
-
-
-RULES = {"pjreddie": CharRnnRules(64, 10000, 100), "alexeyab": CharRnnRules(10, 1000, 10)}
-
-
 @dataclass
 class RnnTrainOptions:
     weights: str | None = None      # starting weights
@@ -124,10 +113,10 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
         raise CfgError(f"{os.fspath(cfgfile)}: no loss layer ([softmax] or [cost]) to train")
     steps = net.time_steps
     streams = net.batch // steps
-    rules = RULES[net.dialect]
-    checkpoint_every = opts.checkpoint_every or rules.checkpoint_every
-    backup_every = opts.backup_every or rules.backup_every
-    if net.dialect == "alexeyab":
+    rules = net.quirks.defaults
+    checkpoint_every = opts.checkpoint_every or rules.rnn_checkpoint_every
+    backup_every = opts.backup_every or rules.rnn_backup_every
+    if net.quirks.char_rnn_alexeyab:
         log(f"Learning Rate: {net.learning_rate:g}, Momentum: {net.momentum:g}, Decay: "
             f"{net.decay:g}", file=sys.stderr)
         log(f"\n batch = {net.batch}, steps = {steps}, streams = {streams}, subdivisions = "
@@ -164,7 +153,7 @@ def train_char_rnn(cfgfile, textfile, opts: RnnTrainOptions | None = None, log=p
                 line = (f"{i}: {loss:f}, {avg_loss:f} avg, {net.current_rate():f} rate, "
                         f"{time.time() - t0:f} seconds, {chars / size:f} epochs")
                 bar.step([line] if i % opts.log_every == 0 else [], loss, avg_loss)
-                for j in np.flatnonzero(rng.integers(0, rules.reset_odds, streams) == 0):
+                for j in np.flatnonzero(rng.integers(0, rules.rnn_reset_odds, streams) == 0):
                     offsets[j] = rng.integers(0, size)
                     net.reset_state(int(j))
                 if i % checkpoint_every == 0:

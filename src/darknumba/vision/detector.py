@@ -341,7 +341,7 @@ class Detector:
         cfg_path = self.net.cfg_path
         self.names = class_names(names, Path(cfg_path) if cfg_path else None, self.classes,
                                  log or _stderr)
-        self.alexeyab = self.net.quirks.dialect == "alexeyab"
+        self.alexeyab = self.net.quirks.print_detections_v3
         self.defaults = d = self.net.quirks.defaults
         if letterbox is None:
             letterbox = d.letterbox or bool(getattr(self.net, "letter_box", 0))
