@@ -99,3 +99,40 @@ def median(values) -> float:
 
 def fmt(v: float, width: int = 9, digits: int = 1) -> str:
     return f"{v:{width}.{digits}f}" if v == v else f"{'-':>{width}}"
+
+
+def busy_cpu_seconds() -> float:
+    """CPU seconds this machine's cores have spent busy since boot (/proc/stat: user, nice,
+    system, irq, softirq, steal); nan where there is no /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return float("nan")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class OtherLoad:
+    """How many cores other processes kept busy while a child ran (the machine's busy CPU time
+    less the child's own, over the wall time): 0 on an idle machine. A figure measured while
+    others took a fair share of a core means little -- PyTorch's OpenMP threads, which spin
+    at barriers, lose far more to a busy neighbour than darknumba's (docs/benchmarks.md)."""
+
+    def __enter__(self):
+        self.t = time.perf_counter()
+        self.busy = busy_cpu_seconds()
+        self.mine = children_cpu_seconds()
+        return self
+
+    def __exit__(self, *exc):
+        wall = time.perf_counter() - self.t
+        other = (busy_cpu_seconds() - self.busy) - (children_cpu_seconds() - self.mine)
+        self.cores = max(0.0, other / wall) if wall > 0 else float("nan")
+        return False

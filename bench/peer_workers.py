@@ -105,10 +105,16 @@ def work_darknumba(job):
 
 
 # -- PyTorch -----------------------------------------------------------------------------------
-def work_torch(job):
+def work_torch(job, legacy=False):
+    """PyTorch on the twin. legacy: training as peers.py did up to 1f89e4a, to measure what
+    that cost: darknumba imported and its network built in this process (after torch), and
+    the loss sum(y^2) over every activated head output instead of Darknet's yolo loss."""
     import torch
-    from darknet_twin import YoloLoss, build, read_cfg, read_weights, truths
+    from darknet_twin import YoloLoss, build, read_cfg, read_weights, truths, yolo_activate
     torch.set_num_threads(job["threads"])
+    if legacy:
+        import darknumba as dn
+        kept = dn.load_network(job["cfg"], job["weights"], batch=job["batch"])  # noqa: F841
     cfg = read_cfg(job["cfg"])
     net = cfg[0]
     b = job["batch"]
@@ -127,8 +133,11 @@ def work_torch(job):
                 model(xt)
     else:
         model.train()
-        classes = next(l["classes"] for l in cfg[1:] if l["type"] == "yolo")
-        loss_fn = YoloLoss(cfg, truths(b, classes))
+        heads = [l for l in cfg[1:] if l["type"] == "yolo"]
+        loss_fn = YoloLoss(cfg, truths(b, heads[0]["classes"]))
+        if legacy:
+            def loss_fn(ys):
+                return sum((yolo_activate(y, l) ** 2).sum() for y, l in zip(ys, heads))
         opt = torch.optim.SGD(model.parameters(), lr=1e-6, momentum=0.9, weight_decay=5e-4)
 
         def step():
@@ -197,6 +206,10 @@ def work_openvino(job, f32=True):
     return out
 
 
+def work_torch_legacy(job):
+    return work_torch(job, legacy=True)
+
+
 def work_openvino_default(job):
     return work_openvino(job, f32=False)
 
@@ -222,6 +235,7 @@ def work_darknet(job):
 
 
 WORKERS = {"prepare": work_prepare, "darknumba": work_darknumba, "torch": work_torch,
+           "torch-legacy": work_torch_legacy,
            "opencv": work_opencv, "onnxruntime": work_onnxruntime, "openvino": work_openvino,
            "openvino-default": work_openvino_default, "darknet": work_darknet}
 

@@ -35,10 +35,25 @@ momentum 0.9 and weight decay 5e-4, and Darknet's yolo loss written in torch ops
 on w, h, the ignore_thresh rule from a dense IoU of every predicted box with the truths; mse
 coordinates, also where a cfg asks AlexeyAB's ciou), on the same fixed truth boxes.
 
-What an earlier peers.py (up to 1f89e4a) measured differently: its PyTorch process also
-imported darknumba and built darknumba's network in it (for the weights; at inference for a
-check), so PyTorch's peak RSS held darknumba's buffers too; its training loss was sum(y^2)
-over every output of every head against zero (raw w, h included), not Darknet's yolo loss.
+Why peers.py printed 1.59x PyTorch's images/s for yolov3-tiny's training step where an
+independent harness found 1.06-1.11x (issue 31), as far as 2026-12-03's checks go:
+- Not the model. Up to 1f89e4a the PyTorch process also imported darknumba and built its
+  network (for the weights; at inference for a check), and trained on sum(y^2) over every head
+  output instead of Darknet's yolo loss; but its model was the same work as a clean one (batch
+  norm in train mode, channels-last, float32, no gradient for the input). Side by side
+  (yolov3-tiny, batch 8, 416, a machine loaded ~12, CPU seconds per step): the old process
+  5.6-6.1, a clean twin with Darknet's loss 5.5-5.9, with sum(y^2) 5.0-6.5, with darknumba
+  imported 5.9-6.4: within the noise. Darknumba in the process did add 60-170 MB to PyTorch's
+  peak RSS (1524-1587 against 1416-1462 MB).
+- The machine. PyTorch's OpenMP threads (libgomp, OMP_WAIT_POLICY unset) spin at each of the
+  hundreds of barriers of a step, so another busy process on the 2 cores costs PyTorch far more
+  than darknumba, which caps its threads' spin (thread_policy: GOMP_SPINCOUNT=3000). With others
+  keeping ~1.9 of the 2 cores busy (2026-12-03, to show the mechanism, not a figure), shapes-tiny
+  at 96, a batch-2 training step: PyTorch 5.8 s, PyTorch with OMP_WAIT_POLICY=PASSIVE 0.042 s,
+  darknumba 0.63 s (inference 825 / 4.7 / 119 ms). Any background work during a run inflates
+  darknumba's lead over PyTorch's default settings; the `others` column now shows how many cores
+  other processes kept busy during each peer's runs, and a warning marks a table above 0.1.
+  `--peers darknumba,torch,torch-passive,torch-legacy` measures both effects on an idle machine.
 """
 from __future__ import annotations
 
@@ -58,13 +73,17 @@ import benchlib  # noqa: E402
 # the environment as this script found it: every peer's process starts from it
 CLEAN_ENV = dict(os.environ)
 ROOT = HERE.parent
-INFER_PEERS = ("darknumba", "opencv", "torch", "onnxruntime", "openvino", "openvino-default",
-               "darknet")
-TRAIN_PEERS = ("darknumba", "torch")
-MODULES = {"opencv": "cv2", "torch": "torch", "onnxruntime": "onnxruntime",
+INFER_PEERS = ("darknumba", "opencv", "torch", "torch-passive", "onnxruntime", "openvino",
+               "openvino-default", "darknet")
+TRAIN_PEERS = ("darknumba", "torch", "torch-passive", "torch-legacy")
+# peers that are another peer's worker in another environment
+WORKER = {"torch-passive": "torch"}
+PEER_ENV = {"torch-passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
+MODULES = {"opencv": "cv2", "torch": "torch", "torch-legacy": "torch", "torch-passive": "torch", "onnxruntime": "onnxruntime",
            "openvino": "openvino", "openvino-default": "openvino"}
 LABELS = {"openvino": "openvino f32", "openvino-default": "openvino dflt"}
-CHECKED = ("torch", "onnxruntime", "openvino", "openvino-default")
+OPTIONAL = ("torch-passive", "torch-legacy", "openvino-default")
+CHECKED = ("torch", "torch-passive", "onnxruntime", "openvino", "openvino-default")
 TOLERANCE = 1e-3            # relative to a head's largest value; float32 peers must meet it
 
 
@@ -75,12 +94,16 @@ def available(peer) -> bool:
 
 
 def run_child(peer, job, env=None, timeout=3600) -> dict:
-    out = subprocess.run([sys.executable, str(HERE / "peer_workers.py"), peer, json.dumps(job)],
-                         capture_output=True, text=True, env=env or CLEAN_ENV, timeout=timeout)
+    worker = WORKER.get(peer, peer)
+    with benchlib.OtherLoad() as load:
+        out = subprocess.run([sys.executable, str(HERE / "peer_workers.py"), worker, json.dumps(job)],
+                             capture_output=True, text=True, env=env or CLEAN_ENV, timeout=timeout)
     if out.returncode != 0:
         lines = (out.stderr or out.stdout).strip().splitlines()
         return {"error": lines[-1] if lines else f"exit {out.returncode}"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    res["others"] = load.cores
+    return res
 
 
 def sized_cfg(cfg: Path, size: int, out: Path) -> Path:
@@ -154,17 +177,16 @@ def bench_mode(info, mode, args, tmp) -> dict:
             "batch": batch, "threads": args.threads, "iters": args.iters, "warmup": args.warmup,
             "dialect": info["dialect"], "c": info["c"], "h": info["h"], "w": info["w"],
             "darknet": args.darknet, "path": args.path, "import_numpy_first": args.import_numpy_first}
-    res = {p: {"medians": [], "mins": [], "rss": 0.0, "error": None, "check": None, "detail": ""}
-           for p in peers}
+    res = {p: {"medians": [], "mins": [], "rss": 0.0, "error": None, "check": None, "detail": "",
+               "others": []} for p in peers}
     for r in range(args.runs):
         for p in peers:
             job = dict(base)
             if r == 0 and mode == "infer" and p in CHECKED:
                 job["heads_out"] = str(tmp / f"heads-{p}.npz")
-            env = CLEAN_ENV
+            env = dict(CLEAN_ENV, **PEER_ENV.get(p, {}))
             if p == "darknumba":        # numba's and OpenBLAS's pools at --threads
-                env = dict(CLEAN_ENV, NUMBA_NUM_THREADS=str(args.threads),
-                           OPENBLAS_NUM_THREADS=str(args.threads))
+                env.update(NUMBA_NUM_THREADS=str(args.threads), OPENBLAS_NUM_THREADS=str(args.threads))
             out = run_child(p, job, env)
             if "error" in out:
                 res[p]["error"] = out["error"]
@@ -172,8 +194,9 @@ def bench_mode(info, mode, args, tmp) -> dict:
             res[p]["medians"].append(benchlib.median(out["times"]) * 1000)
             res[p]["mins"].append(min(out["times"]) * 1000)
             res[p]["rss"] = max(res[p]["rss"], out["rss_mb"])
+            res[p]["others"].append(out["others"])
             res[p]["detail"] = out.get("detail", "")
-            if p not in ("darknumba", "darknet") and out.get("darknumba_imported"):
+            if p not in ("darknumba", "darknet", "torch-legacy") and out.get("darknumba_imported"):
                 res[p]["detail"] += " (darknumba WAS imported in this peer's process)"
             if job.get("heads_out"):
                 res[p]["check"] = check(info["reference"], job["heads_out"])
@@ -188,7 +211,7 @@ def print_table(info, mode, batch, peers, res, args):
           + ("; RANDOM weights (official ones not here: fine for timing)" if info["random"] else ""))
     runs = "".join(f"{'run ' + str(i + 1):>9}" for i in range(args.runs))
     print(f"{'peer':<15}{runs}{'median':>9}{'min':>9}{'images/s':>10}{'peak RSS':>10}"
-          f"{'dn/peer':>9}{'check':>9}  detail")
+          f"{'dn/peer':>9}{'check':>9}{'others':>8}  detail")
     ours = res.get("darknumba", {}).get("medians")
     ours = benchlib.median(ours) if ours else float("nan")
     for p in peers:
@@ -204,11 +227,17 @@ def print_table(info, mode, batch, peers, res, args):
         chk_s = f"{chk:9.1e}" if chk is not None else f"{'-':>9}"
         bad = chk is not None and p != "openvino-default" and not chk <= TOLERANCE
         print(f"{label:<15}{cells}{med:9.1f}{min(v['mins']):9.1f}{batch * 1000 / med:10.2f}"
-              f"{v['rss']:9.0f}M{ours / med:9.2f}{chk_s}  {v['detail']}"
+              f"{v['rss']:9.0f}M{ours / med:9.2f}{chk_s}{max(v['others']):8.2f}  {v['detail']}"
               + ("  OUTPUTS DIFFER: not the same network" if bad else ""))
     print("dn/peer = darknumba's median / the peer's (< 1: darknumba is faster; its inverse is "
           "darknumba's images/s over the peer's); check = largest output difference from "
-          "darknumba's / the head's largest value")
+          "darknumba's / the head's largest value; others = the most cores other processes kept "
+          "busy during one of the peer's runs (on average over the run)")
+    busiest = max((max(v["others"]) for v in res.values() if v["others"]), default=0.0)
+    if busiest > 0.1:
+        print(f"WARNING: other processes kept up to {busiest:.2f} cores busy during these runs: "
+              f"not a figure to publish (PyTorch's spinning OpenMP threads lose far more to a "
+              f"busy neighbour than darknumba's)")
 
 
 def print_summary(summary):
@@ -242,8 +271,11 @@ def main():
     ap.add_argument("--warmup", type=int, default=2, help="untimed iterations first")
     ap.add_argument("--threads", type=int, default=2, help="threads of every peer")
     ap.add_argument("--train-batch", type=int, default=8)
-    ap.add_argument("--peers", default=",".join(p for p in INFER_PEERS if p != "openvino-default"),
-                    help="which peers (default: all but openvino-default)")
+    ap.add_argument("--peers", default=",".join(p for p in INFER_PEERS if p not in OPTIONAL),
+                    help="which peers, a comma list (default: all but "
+                         f"{', '.join(OPTIONAL)}). torch-passive: PyTorch with "
+                         "OMP_WAIT_POLICY=PASSIVE; torch-legacy: PyTorch's training as this "
+                         "script ran it up to 1f89e4a (darknumba in its process, sum(y^2) loss)")
     ap.add_argument("--openvino-default", action="store_true",
                     help="also OpenVINO at its default precision (bf16 where the CPU has it)")
     path = ap.add_mutually_exclusive_group()
@@ -256,8 +288,8 @@ def main():
                     help="the darknumba process imports numpy before darknumba")
     ap.add_argument("--darknet", default=None, help="a built C darknet executable")
     args = ap.parse_args()
-    cfgs = [Path(c) for a in (args.cfg or ["cfg/yolov3-tiny.cfg,cfg/yolov4-tiny.cfg,cfg/yolov3.cfg"])
-            for c in a.split(",") if c]
+    default = ",".join(str(ROOT / "cfg" / f"{n}.cfg") for n in ("yolov3-tiny", "yolov4-tiny", "yolov3"))
+    cfgs = [Path(c) for a in (args.cfg or [default]) for c in a.split(",") if c]
     if args.weights and len(cfgs) > 1:
         ap.error("--weights goes with a single --cfg")
     args.modes = [m for m in args.modes.split(",") if m]

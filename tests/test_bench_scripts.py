@@ -56,7 +56,7 @@ def test_peers_prints_every_installed_peer_with_checked_outputs():
     assert "RANDOM weights" in out                  # shapes-tiny has no official weights
     header, rows = table(out, "inference, batch 1")
     assert header == ["peer", "run", "1", "run", "2", "median", "min", "images/s", "peak",
-                      "RSS", "dn/peer", "check", "detail"]
+                      "RSS", "dn/peer", "check", "others", "detail"]
     expected = {"darknumba"} | {p for p, m in [("opencv", "cv2"), ("torch", "torch"),
                                                ("onnxruntime", "onnxruntime"),
                                                ("openvino f32", "openvino"),
