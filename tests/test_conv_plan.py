@@ -1,0 +1,134 @@
+"""The convolution planner (layers/conv_plan.py): the one place that picks a convolution's path
+and names its kernels. Pins the paths of the official networks, a few thresholds at their
+edges, and that no other module defines a threshold."""
+import re
+
+import pytest
+from conftest import ROOT
+
+from darknumba.dialect import quirks_for
+from darknumba.layers import conv_plan
+from darknumba.layers.conv_plan import ConvPath, plan
+from darknumba.layers.convolutional import ConvolutionalLayer
+
+NETS = [("yolov3-tiny", ()), ("yolov4-tiny", ()), ("yolov7-tiny", ()), ("yolov3", (416,)),
+        ("yolov4", ())]
+
+
+def conv(h, c, n, size=3, stride=1, pad=1, compat=None):
+    return ConvolutionalLayer(1, h, h, c, n, 1, size, stride, pad, "leaky", True,
+                              quirks_for(None, compat))
+
+
+def test_every_path_names_its_kernels():
+    """Each path's forward and backward kernels are compiled kernels (numba dispatchers); the
+    forward list compile_ahead compiles adds the bias / batch-norm sweep, but on the direct
+    path, which fuses it."""
+    for path in ConvPath:
+        for backward in (False, True):
+            ks = conv_plan.kernels(path, backward)
+            assert isinstance(ks, tuple)
+            assert all(hasattr(k, "py_func") for k in ks), (path, backward)
+        assert conv_plan.kernels(path, backward=True), path
+    assert conv_plan.kernels(ConvPath.ONE_BY_ONE) == ()         # the GEMM is numpy's
+    assert conv_plan.kernels(ConvPath.IM2COL) and conv_plan.kernels(ConvPath.WINOGRAD2X2)
+    thin, wide = conv(20, 16, 16), conv(20, 64, 64)
+    assert conv_plan.forward_kernels(thin, ConvPath.DIRECT) == \
+        list(conv_plan.kernels(ConvPath.DIRECT))
+    assert conv_plan.forward_kernels(wide, "im2col")[-1].py_func.__name__ == \
+        "batchnorm_bias_activate"
+
+
+def test_paths_are_the_names_bench_prints():
+    assert [p.value for p in ConvPath] == ["direct", "winograd4x4", "winograd2x2", "1x1",
+                                            "im2col"]
+    assert ConvPath.ONE_BY_ONE == "1x1" and f"{ConvPath.IM2COL:<8}|" == "im2col  |"
+    assert str(ConvPath.WINOGRAD2X2) == "winograd2x2" and ConvPath("direct") is ConvPath.DIRECT
+
+
+@pytest.mark.parametrize("name,sizes", NETS)
+def test_forward_path_is_the_plan_in_every_mode(name, sizes):
+    """Every convolution of the official networks (at the cfg's size and those in `sizes`):
+    the layer's forward_path is plan()'s answer, in training and at inference, exact or not
+    (batch changes no path)."""
+    import darknumba as dn
+    net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
+    convs = [l for l in net.layers if l.type == "convolutional"]
+    assert convs
+    for size in (None, *sizes):
+        if size:
+            net.resize(size, size)
+        for train in (False, True):
+            for exact in (False, True):
+                net.train, net.exact = train, exact
+                assert [l.forward_path(net) for l in convs] == \
+                    [plan(l, train, exact) for l in convs]
+                if exact:
+                    assert not {ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2} & \
+                        {l.forward_path(net) for l in convs}
+
+
+def short(net):
+    ab = {ConvPath.DIRECT: "D", ConvPath.WINOGRAD4X4: "W4", ConvPath.WINOGRAD2X2: "W2",
+          ConvPath.IM2COL: "I"}
+    return " ".join(f"{i}:{ab[l.forward_path(net)]}" for i, l in enumerate(net.layers)
+                    if l.type == "convolutional" and l.forward_path(net) != ConvPath.ONE_BY_ONE)
+
+
+@pytest.mark.parametrize("name,infer,train", [
+    ("yolov3-tiny", "0:D 2:D 4:W4 6:W4 8:W4 10:W2 12:W2 14:W2 21:W4",
+     "0:D 2:D 4:I 6:I 8:I 10:I 12:I 14:I 21:W4"),
+    ("yolov4-tiny", "0:I 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:W2 28:W2 35:W4",
+     "0:I 1:I 2:W4 4:D 5:D 10:W4 12:I 13:I 18:W4 20:I 21:I 26:I 28:I 35:W4")])
+def test_official_paths_as_recorded(name, infer, train):
+    """The paths recorded before the planner existed (at 9d2b488; the 1x1 layers left out):
+    moving the thresholds changed none."""
+    import darknumba as dn
+    net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
+    assert short(net) == infer
+    net.train = True
+    assert short(net) == train
+
+
+def test_thresholds_at_their_edges():
+    # a 13x13 map (16 4x4 tiles < WINOGRAD_F2_BELOW) takes F(2x2) at inference; in training
+    # it has too few tiles (TRAIN_MIN_TILES) and runs im2col; 19x19 (25 tiles) takes F(4x4)
+    small = conv(13, 256, 512)
+    assert plan(small, False) is ConvPath.WINOGRAD2X2
+    assert plan(small, True) is ConvPath.IM2COL
+    assert plan(small, False, exact=True) is ConvPath.IM2COL
+    assert plan(conv(19, 256, 512), False) is ConvPath.WINOGRAD4X4
+    # training keeps its own rule: 0.6 BFLOPs from 26x26 on
+    mid = conv(26, 128, 128)                    # 0.2 BFLOPs
+    assert (plan(mid, False), plan(mid, True)) == (ConvPath.WINOGRAD4X4, ConvPath.IM2COL)
+    big = conv(26, 256, 512)                    # 1.6 BFLOPs
+    assert plan(big, True) is ConvPath.WINOGRAD4X4
+    # 1x1: the input is the column matrix, but strided (Darknet's misread only under compat=)
+    assert plan(conv(20, 64, 32, size=1, pad=0), False) is ConvPath.ONE_BY_ONE
+    assert plan(conv(20, 64, 32, size=1, stride=2, pad=0), False) is ConvPath.IM2COL
+    # direct: K = c * 9 up to DIRECT_MAX_K; up to DIRECT_MAX_K_FEW_FILTERS with <= 32 filters,
+    # not under compat=; in training and at inference alike
+    assert {plan(conv(52, 17, 64), t) for t in (False, True)} == {ConvPath.DIRECT}
+    assert plan(conv(52, 18, 64), False) is not ConvPath.DIRECT
+    assert plan(conv(104, 32, 32), False) is ConvPath.DIRECT
+    assert plan(conv(104, 32, 33), False) is not ConvPath.DIRECT
+    assert plan(conv(104, 32, 32, compat="darknet-cpu"), False) is ConvPath.IM2COL
+    assert plan(conv(104, 33, 32), False) is not ConvPath.DIRECT
+
+
+def test_only_the_planner_defines_a_threshold():
+    """The thresholds that pick a path are defined in conv_plan.py and nowhere else in src."""
+    src = ROOT / "src" / "darknumba"
+    assert conv_plan.THRESHOLDS
+    assert all(hasattr(conv_plan, name) for name in conv_plan.THRESHOLDS)
+    defines = re.compile(r"^\s*(%s)\s*(:[^=]*)?=(?!=)" % "|".join(conv_plan.THRESHOLDS), re.M)
+    # and the paths' names are spelt out only there (everyone else says ConvPath.X)
+    names = re.compile(r"""["'](%s)["']""" % "|".join(p.value for p in ConvPath))
+    elsewhere = []
+    for path in src.rglob("*.py"):
+        if path.name == "conv_plan.py":
+            continue
+        text = path.read_text()
+        elsewhere += [f"{path.relative_to(src)}: {m.group(0).strip()}"
+                      for m in (*defines.finditer(text), *names.finditer(text))]
+    assert not elsewhere, elsewhere
