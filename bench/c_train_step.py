@@ -94,15 +94,17 @@ def step_times(text: str) -> list[float]:
     return [float(m["seconds"]) for m in STEP_LINE.finditer(text)]
 
 
-def run_train(cmd, cwd, env, timeout) -> tuple[list[float], float, str]:
+def run_train(cmd, cwd, env, timeout) -> tuple[list[float], float, str, float]:
+    """(step seconds, wall seconds, output, cores other processes kept busy meanwhile)"""
     t = time.perf_counter()
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    with benchlib.OtherLoad() as load:
+        out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.perf_counter() - t
     text = out.stdout + out.stderr
     times = step_times(text)
     if out.returncode != 0 and not times:
         raise SystemExit(f"`{' '.join(map(str, cmd))}` failed (exit {out.returncode}):\n{text[-3000:]}")
-    return times, wall, text
+    return times, wall, text, load.cores
 
 
 def main():
@@ -161,15 +163,18 @@ def main():
                                   tmp, dict(os.environ, NUMBA_NUM_THREADS=str(a.threads),
                                             OPENBLAS_NUM_THREADS=str(a.threads)))
         medians = {k: [] for k in impls}
+        busiest = 0.0
         for r in range(a.runs):
             for name, (cmd, cwd, env) in impls.items():
-                times, wall, text = run_train(cmd, cwd, env, a.timeout)
+                times, wall, text, others = run_train(cmd, cwd, env, a.timeout)
+                busiest = max(busiest, others)
                 if len(times) < 2:
                     raise SystemExit(f"{name}: {len(times)} iteration line(s) found in its "
                                      f"output:\n{text[-3000:]}")
                 medians[name].append(benchlib.median(times[1:]))
                 print(f"# run {r + 1} {name}: {len(times)} iterations, steps "
-                      + " ".join(f"{t:.2f}" for t in times) + f" s; wall {wall:.1f} s", flush=True)
+                      + " ".join(f"{t:.2f}" for t in times) + f" s; wall {wall:.1f} s; "
+                      f"others kept {others:.2f} cores busy", flush=True)
     print(f"\n## {Path(a.cfg).stem} at {a.size}, training step, batch {a.batch}: seconds per "
           f"step, median of iterations 2..{a.iters} per run")
     print(f"{'implementation':<16}" + "".join(f"{'run ' + str(i + 1):>9}" for i in range(a.runs))
@@ -177,6 +182,9 @@ def main():
     for name, meds in medians.items():
         m = benchlib.median(meds)
         print(f"{name:<16}" + "".join(f"{v:9.3f}" for v in meds) + f"{m:9.3f}{a.batch / m:10.2f}")
+    if busiest > 0.1:
+        print(f"WARNING: other processes kept up to {busiest:.2f} cores busy during these runs: "
+              f"not a figure to publish")
     if a.darknumba:
         c, d = (benchlib.median(medians[k]) for k in ("C darknet", "darknumba"))
         print(f"darknumba / C darknet time: {d / c:.2f} (C darknet takes {c / d:.2f}x darknumba's time)")

@@ -94,7 +94,8 @@ def run_way(way, a, video: Path, tmp: Path, env) -> dict:
                "out": str(out) if way == "api-out" else None}
         cmd = [sys.executable, "-c", API_CHILD, json.dumps(job)]
     t = time.perf_counter()
-    r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
+    with benchlib.OtherLoad() as load:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=a.timeout)
     wall = time.perf_counter() - t
     if r.returncode != 0:
         raise SystemExit(f"{way}: `{' '.join(cmd[:4])} ...` failed:\n{r.stderr[-3000:]}")
@@ -108,7 +109,7 @@ def run_way(way, a, video: Path, tmp: Path, env) -> dict:
         frames, seconds = d["frames"], d["seconds"]
     if frames != a.frames:
         raise SystemExit(f"{way}: {frames} frames done, the video has {a.frames}")
-    return {"fps": frames / seconds, "wall_fps": frames / wall}
+    return {"fps": frames / seconds, "wall_fps": frames / wall, "others": load.cores}
 
 
 def main():
@@ -144,7 +145,8 @@ def main():
             for w in ways:
                 res[w].append(run_way(w, a, video, tmp, env))
                 print(f"# run {r + 1} {w}: {res[w][-1]['fps']:.2f} frames/s "
-                      f"({res[w][-1]['wall_fps']:.2f} over the process's wall time)", flush=True)
+                      f"({res[w][-1]['wall_fps']:.2f} over the process's wall time); others kept "
+                      f"{res[w][-1]['others']:.2f} cores busy", flush=True)
     print(f"\n## {Path(a.cfg).stem}, {a.frames} frames {a.width}x{a.height}, batch {a.batch}: "
           f"frames/s, {a.runs} runs interleaved")
     print(f"{'way':<10}" + "".join(f"{'run ' + str(i + 1):>9}" for i in range(a.runs))
@@ -155,6 +157,10 @@ def main():
               f"{benchlib.median([v['wall_fps'] for v in res[w]]):10.2f}")
     print("frames/s: the detection loop (decode to last frame written); wall fps: frames / the "
           "whole process's time (start-up and model loading included)")
+    busiest = max(v["others"] for runs in res.values() for v in runs)
+    if busiest > 0.1:
+        print(f"WARNING: other processes kept up to {busiest:.2f} cores busy during these runs: "
+              f"not a figure to publish")
 
 
 if __name__ == "__main__":
