@@ -36,8 +36,9 @@ from ..cache_heal import heal_numba_cache
 from ..cache_loads import skip_refresh_on_cache_loads
 from ..errors import DarknumbaError, UsageError
 from ..launcher import DATA_PARALLEL_COMMANDS, launched_ranks
+from .common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
+                     one_line)
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   pretty_exceptions_enable=False,
@@ -124,10 +125,6 @@ def _not_data_parallel(args: list[str]) -> str | None:
             f"Data-parallel: {', '.join(DATA_PARALLEL_COMMANDS)}")
 
 
-def _one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
 def _os_error_message(e: OSError) -> str:
     """`path: reason` for an error the operating system raised on a file."""
     reason = e.strerror or str(e) or type(e).__name__
@@ -137,13 +134,6 @@ def _os_error_message(e: OSError) -> str:
         reason += " (the file-size limit, `ulimit -f`, is too small)"
     names = [os.fsdecode(n) for n in (e.filename, e.filename2) if n is not None]
     return ": ".join(names + [reason])
-
-
-def fail(message: str):
-    """End a command that found problems and reported them in full (data check, compare) the
-    contract's way: a last line `darknumba: error: ...` and exit status 1."""
-    print(f"darknumba: error: {_one_line(message)}", file=sys.stderr)
-    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def _where(e: BaseException) -> str:
@@ -182,20 +172,20 @@ def run(args: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except DarknumbaError as e:
         code = EXIT_USAGE if isinstance(e, UsageError) else EXIT_BAD_INPUT
-        return _error(code, f"error: {_one_line(e)}", e)
+        return _error(code, f"error: {one_line(e)}", e)
     except OSError as e:
         if e.errno == errno.EPIPE:             # `darknumba ... | head`: stop quietly
             _silence_broken_pipe()
             return EXIT_BAD_INPUT
-        return _error(EXIT_BAD_INPUT, f"error: {_one_line(_os_error_message(e))}", e)
+        return _error(EXIT_BAD_INPUT, f"error: {one_line(_os_error_message(e))}", e)
     except MemoryError as e:
         return _error(EXIT_BAD_INPUT, "error: out of memory"
-                      + (f" ({_one_line(e)})" if str(e) else "")
+                      + (f" ({one_line(e)})" if str(e) else "")
                       + ": try a smaller batch, input size or network", e)
     except Exception as e:                     # noqa: BLE001 - the contract's exit 3
         return _error(EXIT_INTERNAL,
                       f"internal error (a bug in darknumba): {type(e).__name__}: "
-                      f"{_one_line(e)}{_where(e)}. Please rerun with --debug and open an issue "
+                      f"{one_line(e)}{_where(e)}. Please rerun with --debug and open an issue "
                       f"with the command and the traceback", e)
 
 
@@ -217,7 +207,7 @@ def _flush_stdout(code: int) -> int:
     except OSError as e:
         if e.errno != errno.EPIPE:
             print(f"darknumba: error: cannot write the standard output: "
-                  f"{_one_line(e.strerror or e)}", file=sys.stderr)
+                  f"{one_line(e.strerror or e)}", file=sys.stderr)
         _silence_broken_pipe()      # the shutdown's flush then writes to /dev/null
         return code or EXIT_BAD_INPUT
 

@@ -1,7 +1,7 @@
-"""What the commands share beyond their options (options.py): the line on stderr, where JSON
-lines go, Darknet's timing words, the check that a drawing or --json is no input, and how
-detection runs on a cold numba cache. `detect` (images), cli/video.py (videos) and
-`detector test` use them."""
+"""What the commands share beyond their options (options.py): the exit statuses of the
+contract (cli/__init__.py's run) and `fail`, the line on stderr, where JSON lines go, Darknet's
+timing words, the check that a drawing or --json is no input, and how detection runs on a cold
+numba cache."""
 from __future__ import annotations
 
 import os
@@ -12,6 +12,19 @@ from pathlib import Path
 import typer
 
 from ..errors import DataError
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_USAGE, EXIT_INTERNAL, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def fail(message: str):
+    """End a command that found problems and reported them in full (data check, compare) the
+    contract's way: a last line `darknumba: error: ...` and exit status 1."""
+    print(f"darknumba: error: {one_line(message)}", file=sys.stderr)
+    raise typer.Exit(EXIT_BAD_INPUT)
 
 
 def warn(msg: str):

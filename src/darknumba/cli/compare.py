@@ -78,7 +78,7 @@ def compare(
         log(f"tensors saved to {dump}/darknumba.npz and {dump}/darknet.npz")
     typer.echo(report.to_json() if as_json else report.table())
     if not report.passed:
-        from . import fail
+        from .common import fail
         fail(f"compare: {report.table().splitlines()[-1]}")
 
 

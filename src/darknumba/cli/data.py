@@ -20,7 +20,7 @@ def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help
         typer.echo(f"{k}: {n} usable images")
     typer.echo(issues.summary())
     if issues.issues:
-        from . import fail
+        from .common import fail
         fail(f"{data}: {issues.summary()}")
 
 
