@@ -50,6 +50,12 @@ def dialect_of(tree: Path) -> str:
     return "alexeyab" if ab else "pjreddie"
 
 
+def tree_commit(tree: Path) -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=tree, capture_output=True,
+                         text=True)
+    return out.stdout.strip() or "?"
+
+
 def training_cfg(src: Path, out: Path, batch: int, size: int, iters: int) -> Path:
     """`src` rewritten for the shapes data set (see the module docstring)."""
     sections: list[list[str]] = []
@@ -140,7 +146,7 @@ def main():
     dialect = a.dialect or dialect_of(tree)
     benchlib.header(f"bench/c_train_step.py: a training step of C darknet ({dialect})"
                     + (" and darknumba" if a.darknumba else ""), threads=a.threads,
-                    extra={"darknet": f"{exe} (git {subprocess.run(['git', 'rev-parse', '--short', 'HEAD'], cwd=tree, capture_output=True, text=True).stdout.strip() or '?'})",
+                    extra={"darknet": f"{exe} (git {tree_commit(tree)})",
                            "network": f"{Path(a.cfg).name} at {a.size}, batch {a.batch}, "
                                       f"{CLASSES} classes, {a.iters} iterations per run "
                                       f"(first dropped), {a.runs} runs"})

@@ -294,7 +294,8 @@ class YoloLoss:
             B = x.shape[0]
             y = x.reshape(B, t["n"], 5 + t["C"], t["h"], t["w"])
             with torch.no_grad():                  # which cells Darknet leaves alone
-                xy = (torch.sigmoid(y[:, :, :2]) + t["grid"]) / torch.tensor([t["w"], t["h"]]).view(1, 1, 2, 1, 1)
+                size = torch.tensor([t["w"], t["h"]], dtype=torch.float32).view(1, 1, 2, 1, 1)
+                xy = (torch.sigmoid(y[:, :, :2]) + t["grid"]) / size
                 wh = torch.exp(y[:, :, 2:4]) * t["anchors"]
                 box = torch.cat([xy, wh], 2).permute(0, 1, 3, 4, 2).reshape(B, -1, 1, 4)
                 tr = t["truth"].view(B, 1, -1, 4)

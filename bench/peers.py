@@ -79,8 +79,8 @@ TRAIN_PEERS = ("darknumba", "torch", "torch-passive", "torch-legacy")
 # peers that are another peer's worker in another environment
 WORKER = {"torch-passive": "torch"}
 PEER_ENV = {"torch-passive": {"OMP_WAIT_POLICY": "PASSIVE"}}
-MODULES = {"opencv": "cv2", "torch": "torch", "torch-legacy": "torch", "torch-passive": "torch", "onnxruntime": "onnxruntime",
-           "openvino": "openvino", "openvino-default": "openvino"}
+MODULES = {"opencv": "cv2", "torch": "torch", "torch-legacy": "torch", "torch-passive": "torch",
+           "onnxruntime": "onnxruntime", "openvino": "openvino", "openvino-default": "openvino"}
 LABELS = {"openvino": "openvino f32", "openvino-default": "openvino dflt"}
 OPTIONAL = ("torch-passive", "torch-legacy", "openvino-default")
 CHECKED = ("torch", "torch-passive", "onnxruntime", "openvino", "openvino-default")
