@@ -1,5 +1,7 @@
 """The tree's dependency direction: kernels import only kernels; the engine (top-level modules,
-layers/, kernels/) never imports the applications built on it (vision, data, train, parity, cli)."""
+layers/, kernels/) never imports the applications built on it (vision, data, train, parity, cli);
+every import goes to the importer's floor or one below (FLOORS), and no modules import each
+other in a circle, whether the import sits at a module's top or inside a function."""
 import ast
 import os
 import subprocess
@@ -10,26 +12,92 @@ import darknumba
 
 PKG = Path(darknumba.__file__).parent
 APPS = ("vision", "data", "train", "parity", "export", "cli")
+# The floors, bottom up: a module imports from its own floor or a lower one. The engine is the
+# top-level modules and layers/; runtime/ is the process around it (threads, caches, cold start).
+FLOORS = ("kernels", "engine", "runtime", "vision", "data", "export", "train", "parity", "cli")
 
 
-def imported_modules(path: Path) -> set[str]:
-    """Absolute darknumba module names a file imports (relative imports resolved)."""
+def module_name(path: Path) -> str:
     parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
-    package = parts[:-1]                 # a module's package; an __init__'s own package
-    found = set()
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PKG.rglob("*.py")}
+# Imports the AST does not show (importlib.import_module): the cycle check counts them too
+DYNAMIC_IMPORTS = {
+    "darknumba": {"darknumba.vision.detector"},                 # dn.Detector, on first use
+    "darknumba.cli": {m for m in MODULES if m.startswith("darknumba.cli.")},   # every command
+}
+
+
+def imports(path: Path, name: str | None = None) -> list[tuple[str, int]]:
+    """(darknumba module, line) of every import in a file, at its top or inside a function,
+    relative imports resolved: `from m import x` is m.x where that is a module, else m (a
+    name that is no module counts as the module it comes from). `name`: the file's module."""
+    name = name or module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package[:len(package) - node.level + 1]
-                name = ".".join(base + ([node.module] if node.module else []))
+                mod = ".".join(base + ([node.module] if node.module else []))
             else:
-                name = node.module or ""
-            if name == "darknumba" or name.startswith("darknumba."):
-                found.add(name)
-                found.update(f"{name}.{a.name}" for a in node.names)
+                mod = node.module or ""
+            found += [(f"{mod}.{a.name}", node.lineno) for a in node.names]
+            found += [(mod, node.lineno)] * any(f"{mod}.{a.name}" not in MODULES
+                                                for a in node.names)
         elif isinstance(node, ast.Import):
-            found.update(a.name for a in node.names if a.name.startswith("darknumba"))
-    return found
+            found += [(a.name, node.lineno) for a in node.names]
+    resolved = []
+    for mod, line in found:
+        if mod != "darknumba" and not mod.startswith("darknumba."):
+            continue
+        while mod not in MODULES and "." in mod:
+            mod = mod.rpartition(".")[0]
+        resolved.append((mod, line))
+    return sorted(set(resolved))
+
+
+def imported_modules(path: Path) -> set[str]:
+    """The darknumba modules a file imports (relative imports resolved)."""
+    return {m for m, _ in imports(path)}
+
+
+def floor(module: str) -> str:
+    """The floor of a darknumba module: its sub-package, or "engine" for top-level modules and
+    layers/."""
+    top = module.split(".")[1:2]
+    return top[0] if top and top[0] != "layers" and (PKG / top[0]).is_dir() else "engine"
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The circles of a graph (module -> modules it imports): every strongly connected set of
+    two or more modules (Tarjan's algorithm), sorted."""
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            members = []
+            while not members or members[-1] != v:
+                members.append(stack.pop())
+                on_stack.discard(members[-1])
+            if len(members) > 1:
+                cycles.append(sorted(members))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
 
 
 def engine_files():
@@ -75,3 +143,52 @@ def test_importing_the_package_loads_no_application():
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "[]"
     assert darknumba.Detector.__module__ == "darknumba.vision.detector"
+
+
+def test_every_package_has_a_floor():
+    assert {floor(m) for m in MODULES} <= set(FLOORS)
+
+
+def test_no_import_runs_up_a_floor():
+    """A module imports from its own floor or a lower one: vision reads no data/ module, the
+    engine no runtime/ one, ... (`dn.Detector`, loaded by name on first use, is the package's
+    one door to an application: test_importing_the_package_loads_no_application)"""
+    bad = [f"{MODULES[m].relative_to(PKG)}:{line} imports {t} ({floor(t)} is above {floor(m)})"
+           for m in sorted(MODULES) for t, line in imports(MODULES[m])
+           if FLOORS.index(floor(t)) > FLOORS.index(floor(m))]
+    assert bad == []
+
+
+def test_no_import_cycles():
+    """No modules import each other in a circle, with a lazy import (inside a function) counted
+    as an import: it ties the two modules as much as one at the top does; so does a dynamic one
+    (DYNAMIC_IMPORTS)."""
+    graph = {m: ({t for t, _ in imports(p)} | DYNAMIC_IMPORTS.get(m, set())) - {m}
+             for m, p in MODULES.items()}
+    circles = [[f"{MODULES[a].relative_to(PKG)}:{line} imports {b}"
+                for a in cycle for b, line in imports(MODULES[a]) if b in cycle and b != a]
+               + [f"{MODULES[a].relative_to(PKG)} loads {b} (import_module)"
+                  for a in cycle for b in DYNAMIC_IMPORTS.get(a, ()) if b in cycle]
+               for cycle in import_cycles(graph)]
+    assert circles == []
+
+
+def test_every_dynamic_import_is_known():
+    """A module that loads modules by name is in DYNAMIC_IMPORTS, so the cycle check sees what
+    it loads."""
+    dynamic = {m for m, p in MODULES.items()
+               if "import_module(" in p.read_text() or "__import__(" in p.read_text()}
+    assert dynamic == set(DYNAMIC_IMPORTS)
+
+
+def test_the_cycle_checker_sees_cycles_and_lazy_imports(tmp_path):
+    """The checker is not blind: it finds a circle of three and one of two, leaves a module that
+    only imports into a circle outside it, and reads an import inside a function."""
+    assert import_cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a", "e"}, "e": {"d"},
+                          "f": {"a"}}) == [["a", "b", "c"], ["d", "e"]]
+    lazy = tmp_path / "lazy.py"
+    lazy.write_text("def f():\n    from ..parser import load_network\n    from . import yolo\n")
+    assert imports(lazy, "darknumba.layers.lazy") == [("darknumba.layers.yolo", 3),
+                                                      ("darknumba.parser", 2)]
+    assert [floor(f"darknumba.{m}") for m in ("parser", "layers.yolo", "vision.box")] == \
+        ["engine", "engine", "vision"]
