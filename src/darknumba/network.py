@@ -14,6 +14,7 @@ from .errors import DarknumbaError
 from .kernels.blas import fill_cpu
 from .layers.base import Scratch, UpdateArgs
 from .layers.route import share_outputs
+from .net_options import NetOptions, options_as_attributes
 
 
 def _rate_constant(net, b):
@@ -100,32 +101,14 @@ def exact_from_env() -> bool:
             or os.environ.get("DARKNUMBA_WINOGRAD", "") == "0")
 
 
+@options_as_attributes
 class Network:
+    """The layers and the pass under way; the [net] options are `options` (NetOptions), each
+    also read and written as an attribute of its own name (net.batch, net.learning_rate)."""
+
     def __init__(self):
         self.layers = []
-        # [net] options, with Darknet's defaults (parse_net_options)
-        self.batch = 1                 # per datum: cfg batch / subdivisions * time_steps
-        self.subdivisions = 1
-        self.time_steps = 1
-        self.learning_rate = 0.001
-        self.momentum = 0.9
-        self.decay = 0.0001
-        self.adam = False
-        self.B1, self.B2, self.eps = 0.9, 0.999, 1e-7
-        self.h = self.w = self.c = 0
-        self.inputs = 0
-        self.policy = "constant"
-        self.burn_in = 0
-        self.power = 4.0
-        self.step = 1
-        self.scale = 1.0
-        self.steps: list[int] = []
-        self.scales: list[float] = []
-        self.gamma = 1.0
-        self.max_batches = 0
-        self.angle, self.aspect, self.saturation, self.exposure, self.hue = 0.0, 1.0, 1.0, 1.0, 0.0
-        self.random = 0
-        self.max_crop = self.min_crop = 0
+        self.options = NetOptions()    # [net], with Darknet's defaults (parse_net_options)
         self.seen = 0
         self.t = 0
         self.quirks = quirks_for()     # named behaviours of the dialect x compat mode

@@ -14,6 +14,7 @@ from .errors import CfgError, CfgWarning, WeightsWarning
 from .layers import LAYER_TYPES
 from .layers import memory
 from .layers.base import SizeParams
+from .net_options import NetOptions
 from .network import POLICIES, Network
 
 
@@ -28,76 +29,77 @@ def parse_net_options(s: Section, net: Network, batch: int | None,
     """parse_net_options, with the range of every number checked (Darknet takes a negative
     batch, a NaN learning rate or time_steps=0 and fails later, or never). time_steps, if
     given, replaces the cfg's (one step at a time to generate from a network trained on
-    many)."""
-    net.batch = s.find_int("batch", 1)
-    net.learning_rate = s.find_float("learning_rate", 0.001, at_least=0)
-    net.momentum = s.find_float("momentum", 0.9, at_least=0, below=1)
-    net.decay = s.find_float("decay", 0.0001, at_least=0)
+    many). The values go to net.options, a NetOptions."""
+    net.options = o = NetOptions()
+    o.batch = s.find_int("batch", 1)
+    o.learning_rate = s.find_float("learning_rate", 0.001, at_least=0)
+    o.momentum = s.find_float("momentum", 0.9, at_least=0, below=1)
+    o.decay = s.find_float("decay", 0.0001, at_least=0)
     subdivs = s.find_int("subdivisions", 1, at_least=1)
-    net.time_steps = s.find_int("time_steps", 1, at_least=1)
+    o.time_steps = s.find_int("time_steps", 1, at_least=1)
     if time_steps is not None:
-        net.time_steps = int(time_steps)
+        o.time_steps = int(time_steps)
     s.find_int("notruth", 0)
-    net.batch //= subdivs
-    net.batch *= net.time_steps
-    net.subdivisions = subdivs
+    o.batch //= subdivs
+    o.batch *= o.time_steps
+    o.subdivisions = subdivs
     if batch is not None:
-        net.batch = int(batch)          # set_batch_network: the update still divides by cfg batch
-    if net.batch < 1:
+        o.batch = int(batch)          # set_batch_network: the update still divides by cfg batch
+    if o.batch < 1:
         raise s.error("batch", f"batch / subdivisions must be at least 1 "
                                f"(batch={s.options.get('batch')}, subdivisions={subdivs})")
-    net.random = s.find_int("random", 0)
-    net.adam = bool(s.find_int("adam", 0))
-    if net.adam:
+    o.random = s.find_int("random", 0)
+    o.adam = bool(s.find_int("adam", 0))
+    if o.adam:
         # Adam divides by 1 - B^t and by sqrt(v) + eps, in float32
-        net.B1 = s.find_float("B1", 0.9, at_least=0, below=1)
-        net.B2 = s.find_float("B2", 0.999, at_least=0, below=1)
-        net.eps = s.find_float("eps", 0.0000001, above=0)
-        for key, v in (("B1", net.B1), ("B2", net.B2)):
+        o.B1 = s.find_float("B1", 0.9, at_least=0, below=1)
+        o.B2 = s.find_float("B2", 0.999, at_least=0, below=1)
+        o.eps = s.find_float("eps", 0.0000001, above=0)
+        for key, v in (("B1", o.B1), ("B2", o.B2)):
             if np.float32(v) >= 1:
                 raise s.error(key, f"{v} rounds to 1 in float32; expected 0 <= {key} < 1")
-        if np.float32(net.eps) <= 0:
-            raise s.error("eps", f"{net.eps} rounds to 0 in float32; expected eps > 0")
-    net.h = s.find_int("height", 0, at_least=0)
-    net.w = s.find_int("width", 0, at_least=0)
-    net.c = s.find_int("channels", 0, at_least=0)
-    net.inputs = s.find_int("inputs", net.h * net.w * net.c, at_least=0)
-    net.max_crop = s.find_int("max_crop", net.w * 2, at_least=0)
-    net.min_crop = s.find_int("min_crop", net.w, at_least=0)
+        if np.float32(o.eps) <= 0:
+            raise s.error("eps", f"{o.eps} rounds to 0 in float32; expected eps > 0")
+    o.h = s.find_int("height", 0, at_least=0)
+    o.w = s.find_int("width", 0, at_least=0)
+    o.c = s.find_int("channels", 0, at_least=0)
+    o.inputs = s.find_int("inputs", o.h * o.w * o.c, at_least=0)
+    o.max_crop = s.find_int("max_crop", o.w * 2, at_least=0)
+    o.min_crop = s.find_int("min_crop", o.w, at_least=0)
     for key in ("max_ratio", "min_ratio", "clip"):
         s.find_float(key, 0, at_least=0)
     s.find_int("center", 0)
-    net.angle = s.find_float("angle", 0)
-    net.aspect = s.find_float("aspect", 1, above=0)
-    net.saturation = s.find_float("saturation", 1, above=0)
-    net.exposure = s.find_float("exposure", 1, above=0)
-    net.hue = s.find_float("hue", 0, at_least=0)
-    if not net.inputs and not (net.h and net.w and net.c):
+    o.angle = s.find_float("angle", 0)
+    o.aspect = s.find_float("aspect", 1, above=0)
+    o.saturation = s.find_float("saturation", 1, above=0)
+    o.exposure = s.find_float("exposure", 1, above=0)
+    o.hue = s.find_float("hue", 0, at_least=0)
+    if not o.inputs and not (o.h and o.w and o.c):
         raise s.error(None, "no input size: set width, height and channels (or inputs)")
-    net.policy = policy_name(s, net.quirks)
-    net.burn_in = s.find_int("burn_in", 0, at_least=0)
-    net.power = s.find_float("power", 4)
-    if net.policy == "step":
-        net.step = s.find_int("step", 1, at_least=1)
-        net.scale = s.find_float("scale", 1, at_least=0)
-    elif net.policy == "steps" or (net.policy == "sgdr" and s.has("steps")):
-        if net.policy == "steps" and (not s.has("steps") or not s.has("scales")):
+    o.policy = policy_name(s, net.quirks)
+    o.burn_in = s.find_int("burn_in", 0, at_least=0)
+    o.power = s.find_float("power", 4)
+    if o.policy == "step":
+        o.step = s.find_int("step", 1, at_least=1)
+        o.scale = s.find_float("scale", 1, at_least=0)
+    elif o.policy == "steps" or (o.policy == "sgdr" and s.has("steps")):
+        if o.policy == "steps" and (not s.has("steps") or not s.has("scales")):
             raise s.error(None, "policy=steps needs both steps= and scales=")
-        net.steps = s.find_list("steps", int)
+        o.steps = s.find_list("steps", int)
         # AlexeyAB's sgdr reads steps (for seq_scales) with scales optional: 1.0 each
-        net.scales = s.find_list("scales", float) if s.has("scales") else [1.0] * len(net.steps)
-        if len(net.scales) < len(net.steps):
-            raise s.error("scales", f"{len(net.steps)} steps need {len(net.steps)} scales, "
-                                    f"found {len(net.scales)}")
-        if any(v < 0 for v in net.scales):
-            raise s.error("scales", f"expected scales >= 0, found {net.scales}")
-    elif net.policy == "exp":
-        net.gamma = s.find_float("gamma", 1, at_least=0)
-    elif net.policy == "sig":
-        net.gamma = s.find_float("gamma", 1)
-        net.step = s.find_int("step", 1)
-    net.max_batches = s.find_int("max_batches", 0, at_least=0)
-    if net.policy == "poly" and net.max_batches <= 0:
+        o.scales = s.find_list("scales", float) if s.has("scales") else [1.0] * len(o.steps)
+        if len(o.scales) < len(o.steps):
+            raise s.error("scales", f"{len(o.steps)} steps need {len(o.steps)} scales, "
+                                    f"found {len(o.scales)}")
+        if any(v < 0 for v in o.scales):
+            raise s.error("scales", f"expected scales >= 0, found {o.scales}")
+    elif o.policy == "exp":
+        o.gamma = s.find_float("gamma", 1, at_least=0)
+    elif o.policy == "sig":
+        o.gamma = s.find_float("gamma", 1)
+        o.step = s.find_int("step", 1)
+    o.max_batches = s.find_int("max_batches", 0, at_least=0)
+    if o.policy == "poly" and o.max_batches <= 0:
         raise s.error("max_batches", "policy=poly needs max_batches > 0")
 
 
@@ -124,15 +126,16 @@ def policy_name(s: Section, quirks: Quirks) -> str:
 def parse_ab_net_options(s: Section, net: Network):
     """The [net] keys only AlexeyAB's parse_net_options reads, with its defaults: kept on the
     network (augmentation and schedule keys are used by training; letter_box by detection)."""
-    if net.adam and not s.has("eps"):
-        net.eps = 0.000001                      # AlexeyAB's default (pjreddie 1e-7)
+    o = net.options
+    if o.adam and not s.has("eps"):
+        o.eps = 0.000001                      # AlexeyAB's default (pjreddie 1e-7)
     ints = {"flip": 1, "blur": 0, "gaussian_noise": 0, "mixup": 0, "cutmix": 0, "mosaic": 0,
             "letter_box": 0, "mosaic_bound": 0, "contrastive": 0, "contrastive_jit_flip": 0,
             "contrastive_color": 0, "unsupervised": 0, "attention": 0, "track": 0,
             "augment_speed": 2, "try_fix_nan": 0, "weights_reject_freq": 0,
             "equidistant_point": 0, "use_cuda_graph": 0, "dynamic_minibatch": 0,
             "optimized_memory": 0, "sgdr_mult": 2,
-            "sequential_subdivisions": net.subdivisions, "sgdr_cycle": net.max_batches}
+            "sequential_subdivisions": o.subdivisions, "sgdr_cycle": o.max_batches}
     floats = {"learning_rate_min": 0.00001, "ema_alpha": 0.0, "label_smooth_eps": 0.0,
               "resize_step": 32.0, "adversarial_lr": 0.0, "max_chart_loss": 20.0,
               "loss_scale": 1.0, "badlabels_rejection_percentage": 0.0,
@@ -141,8 +144,8 @@ def parse_ab_net_options(s: Section, net: Network):
         setattr(net, key, s.find_int(key, default))
     for key, default in floats.items():
         setattr(net, key.lower(), s.find_float(key, default))
-    net.sequential_subdivisions = min(net.sequential_subdivisions, net.subdivisions)
-    net.seq_scales = s.find_list("seq_scales", float) if s.has("seq_scales") else []
+    o.sequential_subdivisions = min(o.sequential_subdivisions, o.subdivisions)
+    o.seq_scales = s.find_list("seq_scales", float) if s.has("seq_scales") else []
 
 
 def _generic_options(s: Section, l):
