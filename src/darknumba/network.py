@@ -290,8 +290,7 @@ class Network:
         if not 0 <= b < per_step:
             raise DarknumbaError(f"reset_state: sequence {b} outside 0..{per_step - 1}")
         for l in self.layers:
-            if hasattr(l, "reset_state"):
-                l.reset_state(b)
+            l.reset_state(b)
 
     # -- learning rate -----------------------------------------------------------------------
     def current_batch(self) -> int:

@@ -192,7 +192,7 @@ def _build_layers(net: Network, sections: list[Section], path: str, b: memory.Me
         except memory.SizeError as e:
             raise CfgError(f"{s.where()}: layer {index}: {e}") from None
         l.quirks = net.quirks                        # every layer: the network's behaviours
-        if l.type in ("yolo", "region"):
+        if l.detector_head:
             # one truth buffer feeds every loss layer (Darknet sizes it once, from one layer:
             # another length would read past it)
             if first_loss is None:

@@ -30,7 +30,7 @@ def warm_network(cfg: Path, log=None) -> bool:
             a = getattr(l, name, None)
             if isinstance(a, np.ndarray):
                 a[...] = 0
-    classes = [l.classes for l in net.layers if l.type in ("yolo", "region", "detection")]
+    classes = [l.classes for l in net.layers if l.makes_detections]
     if not classes:             # a classifier: its forward pass
         with compile_notice(log) as notice:
             net.forward(np.full((1, net.c, net.h, net.w), 0.5, np.float32), train=False)

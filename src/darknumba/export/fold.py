@@ -49,7 +49,7 @@ def batchnorm_layers(net):
     """(index, layer) of every convolutional/connected layer with batch norm, the sub-layers
     of [rnn], [gru], [lstm], [crnn] included (under their layer's index)."""
     for i, l in enumerate(net.layers):
-        for part in (l.sublayers() if hasattr(l, "sublayers") else [l]):
+        for part in (l.sublayers() or [l]):
             if part.type in FOLDABLE and getattr(part, "batch_normalize", False):
                 yield i, part
 

@@ -200,13 +200,12 @@ LAYER_BUILDERS = {
     "region": region, "batchnorm": batchnorm, "activation": activation_layer,
     "logistic": logistic,
 }
-HEADS = ("yolo", "region")
 
 
 def output_layers(net) -> list[int]:
     """The layers whose tensors the model outputs: every [yolo]/[region] head, else the
     network's output layer."""
-    heads = [i for i, l in enumerate(net.layers) if l.type in HEADS]
+    heads = [i for i, l in enumerate(net.layers) if l.detector_head]
     return heads or [net.layers.index(net.output_layer())]
 
 

@@ -100,6 +100,16 @@ class Layer:
     # True where forward writes the whole output and nothing else, and the layer keeps no
     # other reference to it: at batch 1 its output may be a view into a route's (route.py)
     output_can_be_view = False
+    # -- capabilities: what services ask of a layer (nobody outside layers/ reads l.type) -----
+    # a detector's head ([yolo], [region]): its loss reads (x, y, w, h, class) truths, it has
+    # a stats_line(), and the last one's random=, jitter= and nms_kind drive training and NMS
+    detector_head = False
+    # get_network_boxes reads it ([yolo], [region], [detection]): see detections()
+    makes_detections = False
+    # its state carries from one mini-batch to the next ([rnn], [gru], [lstm], [crnn]): see
+    # reset_state() and sublayers()
+    recurrent = False
+    temperature = None            # softmax: inputs divided by it (test_char_rnn sets it)
 
     batch = h = w = c = 0
     out_h = out_w = out_c = 0
@@ -177,6 +187,20 @@ class Layer:
     def weight_records(self) -> list[tuple[str, np.ndarray]]:
         """(name, array) pairs in .weights file order; empty for layers without parameters."""
         return []
+
+    def sublayers(self) -> list:
+        """The layers a composite layer runs, in .weights order (empty for the rest)."""
+        return []
+
+    def reset_state(self, b: int):
+        """reset_network_state's part: a recurrent layer forgets sequence b (others: nothing)."""
+
+    def detections(self, net, w: int, h: int, thresh: float, hier: float, relative: bool,
+                   b: int, letterbox: bool):
+        """fill_network_boxes' part: this layer's Detections for image b of the batch, boxes
+        relative to a w x h image (when `relative`); only [region] reads `hier`. Layers with
+        makes_detections = True have it."""
+        raise NotImplementedError(f"[{self.type}] makes no detections")
 
     @property
     def bflops(self) -> float:

@@ -20,6 +20,7 @@ from .base import Layer
 
 class DetectionLayer(Layer):
     type = "detection"
+    makes_detections = True
 
     def __init__(self, batch, inputs, n, side, classes, coords, rescore=0, seed=0):
         self.batch, self.inputs, self.outputs = batch, inputs, inputs
@@ -102,6 +103,9 @@ class DetectionLayer(Layer):
         """backward_detection_layer"""
         if net.delta is not None:
             axpy_cpu(self.batch * self.inputs, 1.0, self.delta, net.delta)
+
+    def detections(self, net, w, h, thresh, hier, relative, b, letterbox):
+        return self.get_detections(thresh, b)
 
     def get_detections(self, thresh, b=0):
         """get_detection_detections for image b, boxes relative to the image (0..1). (Darknet

@@ -37,6 +37,7 @@ _NO_INTS = np.zeros(0, dtype=np.int64)
 
 class RegionLayer(Layer):
     type = "region"
+    detector_head = makes_detections = True
 
     def __init__(self, batch, w, h, n, classes, coords=4, anchors=None, quirks=DEFAULT_QUIRKS):
         self.batch, self.n, self.classes, self.coords = batch, n, classes, coords
@@ -181,6 +182,9 @@ class RegionLayer(Layer):
         region_gradient(self.output, self.delta, self.batch, self.n, self.coords, self.classes,
                         self.w * self.h, bool(self.background))
         axpy_cpu(self.batch * self.inputs, 1.0, self.delta, net.delta)
+
+    def detections(self, net, w, h, thresh, hier, relative, b, letterbox):
+        return self.get_detections(w, h, net.w, net.h, thresh, relative, b, letterbox, hier)
 
     def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True,
                        hier=0.5):

@@ -48,6 +48,7 @@ class SubLayers:
     by SUB_NAMES (the records are "name.biases", ...)."""
     SUB_NAMES: tuple = ()
     STATE_NAMES: tuple = ("state",)       # what carries over between calls, batch-major
+    recurrent = True                        # Layer's capability: its state carries over
 
     def sublayers(self):
         return [getattr(self, name) for name in self.SUB_NAMES]

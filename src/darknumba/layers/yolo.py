@@ -27,6 +27,7 @@ AB_YOLO_KEYS = ("scale_x_y", "new_coords", "nms_kind", "beta_nms", "max_delta", 
 
 class YoloLayer(Layer):
     type = "yolo"
+    detector_head = makes_detections = True
 
     def __init__(self, batch, w, h, n, total, mask, classes, anchors=None):
         self.batch, self.w, self.h = batch, w, h
@@ -149,6 +150,9 @@ class YoloLayer(Layer):
     def get_detections(self, w, h, netw, neth, thresh, relative=True, b=0, letterbox=True):
         """get_yolo_detections + correct_yolo_boxes for image b (see get_yolo_detections)."""
         return get_yolo_detections(self, w, h, netw, neth, thresh, relative, b, letterbox)
+
+    def detections(self, net, w, h, thresh, hier, relative, b, letterbox):
+        return self.get_detections(w, h, net.w, net.h, thresh, relative, b, letterbox)
 
     def describe(self):
         return "yolo"

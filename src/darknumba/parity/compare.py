@@ -188,7 +188,7 @@ def read_truth(path, net) -> np.ndarray:
     path = Path(path)
     if path.suffix == ".txt":
         last = net.layers[-1]
-        if last.type not in ("yolo", "region"):     # both read (x, y, w, h, class) per box
+        if not last.detector_head:     # both read (x, y, w, h, class) per box
             raise DarknumbaError(f"{path}: label .txt files are read for [yolo] and [region] "
                                  f"networks only; give the truth as raw float32 or .npy")
         size = getattr(last, "truth_size", 5)   # AlexeyAB's yolo: x y w h class track_id

@@ -164,7 +164,7 @@ class DataParallel:
         """After the network is built and its weights loaded: refuse what cannot be shared,
         warm the numba cache, fuse the gradients, check that every rank starts the same."""
         for i, l in enumerate(net.layers):
-            if hasattr(l, "sublayers"):
+            if l.recurrent:
                 raise agreed(DarknumbaError(
                     f"layer {i} [{l.type}] carries its state from one mini-batch to the next; "
                     f"data-parallel training does not support recurrent layers"))

@@ -141,7 +141,7 @@ def partial(cfg, weights, out, n: int, log=print, dialect: str | None = None):
 
 def yolo_stats_lines(net) -> list[str]:
     """Each yolo (or region) layer's `Region NN Avg IOU ...` line from its last training forward."""
-    return [l.stats_line() for l in net.layers if l.type in ("yolo", "region") and l.stats_line()]
+    return [l.stats_line() for l in net.layers if l.detector_head and l.stats_line()]
 
 
 class StopFlag:
@@ -179,7 +179,7 @@ def dialect_rules(net, dc, opts: TrainOptions, start: int, log):
         return (AugmentConfig.from_network(net, letterbox=opts.letterbox),
                 MultiScale(net.w, net.h, bool(getattr(net.layers[-1], "random", 0)), opts.seed,
                            net.max_batches), opts.schedule, None)
-    last = [l for l in net.layers if l.type in ("yolo", "region")][-1]
+    last = [l for l in net.layers if l.detector_head][-1]
     aug = AbAugmentConfig.from_network(net, log=lambda m: log(m, file=sys.stderr))
     aug.letter_box = aug.letter_box or opts.letterbox
     scales = AbMultiScale(net.w, net.h, getattr(last, "random", 0), net.resize_step, opts.seed,
@@ -211,7 +211,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts))
     par.setup(net, log)
     last = net.layers[-1]
-    if last.type not in ("yolo", "region"):
+    if not last.detector_head:
         # YOLOv1's [detection] wants Darknet's per-cell truth grid (load_data_region): not yet
         raise DarknumbaError(f"{cfgfile}: the last layer is [{last.type}]; detector training "
                              f"needs a [yolo] (YOLOv3) or [region] (YOLOv2) head")

@@ -198,7 +198,7 @@ def generate(net, seed: bytes, length: int, temp: float, srand: int):
     if not seed:
         raise DarknumbaError("the seed is empty: give at least one character to start from")
     for l in net.layers:
-        if hasattr(l, "temperature"):
+        if l.temperature is not None:
             l.temperature = temp
     rng = np.random.default_rng(srand)
     x = np.zeros(CHARACTERS, dtype=np.float32)

@@ -53,7 +53,7 @@ class AbAugmentConfig:
                 raise DarknumbaError(f"{net.cfg_path}: [net] {key}=1 (AlexeyAB's "
                                      f"{'video tracking' if key == 'track' else 'contrastive'} "
                                      f"training) is not supported for detector training yet")
-        last = [l for l in net.layers if l.type in ("yolo", "region")][-1]
+        last = [l for l in net.layers if l.detector_head][-1]
         mode = int(getattr(net, "mixup", 0))
         if getattr(net, "cutmix", 0) and not getattr(net, "mosaic", 0):
             mode = 0

@@ -22,25 +22,13 @@ INT_MAX = 2 ** 31 - 1
 def detection_layers(net) -> list:
     """The layers get_network_boxes reads ([yolo], [region], [detection]), or a CfgError
     saying detection needs one."""
-    layers = [l for l in net.layers if l.type in _LAYER_DETECTIONS]
+    layers = [l for l in net.layers if l.makes_detections]
     if not layers:
         where = f"{net.cfg_path}" if getattr(net, "cfg_path", None) else "this cfg"
         last = net.layers[-1].type if net.layers else "nothing"
         raise CfgError(f"{where} has no [yolo], [region] or [detection] layer (its last layer "
                        f"is [{last}]): detection needs one")
     return layers
-
-
-_LAYER_DETECTIONS = {
-    # fill_network_boxes: each kind's detections for image b, boxes relative to the image;
-    # only [region] reads hier (its class tree's threshold)
-    "yolo": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
-        w, h, net.w, net.h, thresh, relative, b, letterbox),
-    "region": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
-        w, h, net.w, net.h, thresh, relative, b, letterbox, hier),
-    "detection": lambda l, net, w, h, thresh, hier, relative, b, letterbox: l.get_detections(
-        thresh, b),
-}
 
 
 def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.5,
@@ -56,8 +44,8 @@ def get_network_boxes(net, w: int, h: int, thresh: float = 0.5, hier: float = 0.
     classes = layers[-1].classes
     if any(l.classes != classes for l in layers):
         raise CfgError("the detection layers of this cfg disagree on the number of classes")
-    parts = [_LAYER_DETECTIONS[l.type](l, net, w, h, thresh, hier, relative, b, letterbox)
-             for l in layers]
+    # fill_network_boxes: each layer's detections for image b (Layer.detections)
+    parts = [l.detections(net, w, h, thresh, hier, relative, b, letterbox) for l in layers]
     return Detections(np.concatenate([p.bbox for p in parts]),
                       np.concatenate([p.objectness for p in parts]),
                       np.concatenate([p.prob for p in parts]))

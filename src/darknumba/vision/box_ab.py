@@ -11,9 +11,6 @@ import numpy as np
 from ..kernels.box import do_nms_sort_cpu
 from ..kernels.box_ab import DEFAULT_NMS, diounms_sort_cpu
 
-# the layer types whose nms_kind test_detector / validate_detector_map use (the last one)
-_NMS_LAYERS = ("yolo", "gaussian_yolo", "region")
-
 
 def do_nms(dets, nms: float, kind: int = DEFAULT_NMS, beta: float = 0.6):
     """AlexeyAB's do_nms_sort (DEFAULT_NMS) or diounms_sort (GREEDY_NMS: DIoU > nms; DIOU_NMS:
@@ -34,7 +31,7 @@ def _sorted(dets, kernel, nms):
 def network_nms(net, dets, nms: float):
     """The NMS test_detector applies: AlexeyAB's takes the kind (and beta_nms) of the network's
     last [yolo] or [region] layer; pjreddie's layers have none: its do_nms_sort."""
-    layers = [l for l in net.layers if l.type in _NMS_LAYERS] or net.layers[-1:]
+    layers = [l for l in net.layers if l.detector_head] or net.layers[-1:]
     kind = getattr(layers[-1], "nms_kind", None)
     if kind is None:
         return _sorted(dets, do_nms_sort_cpu, nms)
