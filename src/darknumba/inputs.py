@@ -61,10 +61,14 @@ def read_bytes(path, what: str, error: type[DarknumbaError] = DarknumbaError,
                max_bytes: int | None = MAX_TEXT) -> bytes:
     """The bytes of `path` (described as `what`), a regular file of at most `max_bytes`. The
     read stops past the bound too (a file that grows while it is read)."""
-    regular_file(path, what, error, max_bytes)
+    size = regular_file(path, what, error, max_bytes)
     try:
         with open(path, "rb") as f:
-            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+            # read(n) allocates n bytes before it reads: ask for what stat saw (plus one byte,
+            # to notice growth), not for the bound (a 64 MiB buffer for every cfg)
+            data = f.read(size + 1)
+            if len(data) > size:                # it grew: the rest, up to the bound
+                data += f.read() if max_bytes is None else f.read(max_bytes + 1 - len(data))
     except OSError as e:
         raise error(f"{shown(path)}: cannot read {what}: {e.strerror or e}") from None
     if max_bytes is not None and len(data) > max_bytes:
