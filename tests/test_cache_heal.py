@@ -36,7 +36,7 @@ import sys
 import numpy as np
 sys.path.insert(0, sys.argv[1])
 if sys.argv[2] == "heal":
-    from darknumba.cache_heal import heal_numba_cache
+    from darknumba.runtime.cache_heal import heal_numba_cache
     heal_numba_cache()
 if len(sys.argv) > 3 and sys.argv[3] == "disk-full":
     import errno

@@ -10,7 +10,7 @@ import numba
 import pytest
 from conftest import ROOT
 
-import darknumba.cache_loads as cl
+import darknumba.runtime.cache_loads as cl
 
 CODE = r"""
 import sys
@@ -23,7 +23,7 @@ def counted(self):
     return original(self)
 base.BaseContext.refresh = counted
 import darknumba
-from darknumba.cache_loads import skip_refresh_on_cache_loads
+from darknumba.runtime.cache_loads import skip_refresh_on_cache_loads
 patched = sys.argv[1] == "patched" and skip_refresh_on_cache_loads()
 from darknumba.kernels.blas import axpy_cpu
 from darknumba.kernels.winograd import winograd_filters_cpu

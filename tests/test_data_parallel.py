@@ -255,7 +255,7 @@ def test_one_rank_data_parallel_equals_the_plain_iteration(tmp_path, sync_bn):
 def test_ranks_share_this_machines_cores(monkeypatch):
     """Under a launcher, each thread pool gets cores / ranks-on-this-machine threads unless
     the user set it; without one nothing changes."""
-    from darknumba import launcher
+    from darknumba.runtime import launcher
     env = {k: v for k, v in os.environ.items() if k not in
            launcher.SIZE_VARS + launcher.LOCAL_SIZE_VARS + launcher.THREAD_VARS}
     monkeypatch.setattr(os, "environ", env)              # a copy: nothing leaks out

@@ -14,7 +14,7 @@ from conftest import ROOT, sample_photos
 from numba import njit
 
 import darknumba as dn
-from darknumba.compile_notice import NOTICE, compile_notice
+from darknumba.runtime.compile_notice import NOTICE, compile_notice
 from darknumba.detections import Detections
 from darknumba.train.timing import unit_rolling_variance
 
@@ -45,7 +45,7 @@ def test_notice_once_on_compile_and_never_on_a_loaded_kernel():
 def test_detector_warms_up_before_the_first_image(monkeypatch):
     """run() compiles on a blank image of the network's size (task by task, compile_ahead)
     before timing the first image."""
-    from darknumba.vision import compile_ahead
+    from darknumba.runtime import compile_ahead
     from darknumba.vision import detector as det_mod
     net = random_net()
     calls = []
@@ -66,7 +66,7 @@ def test_compile_tasks_are_claimed_once_between_two_processes(tmp_path):
     """Two processes share a cold compile through a claims folder: a task's key is taken by one
     only; the first process skips the tasks the other claimed, waits for them, then detects
     again; the helper's walk, on the same folder, skips what the first one took."""
-    from darknumba.vision import compile_ahead
+    from darknumba.runtime import compile_ahead
     from darknumba.vision.box import detect
     here, there = compile_ahead.Claims(str(tmp_path)), compile_ahead.Claims(str(tmp_path))
     assert here.take("a") and here.take("a") and not there.take("a") and there.take("b")
@@ -140,7 +140,7 @@ def test_cold_cache_notice_warmup_and_predicted_in(tmp_path):
 def test_compile_ahead_runs_every_layer_backwards(tmp_path):
     """The helper's work on its own: the decoding, NMS and every layer, last to first, on the
     buffers as they are (what a cold run's second process does)."""
-    from darknumba.vision.compile_ahead import compile_backwards
+    from darknumba.runtime.compile_ahead import compile_backwards
     compile_backwards(str(CFG), 2, 64, 64, "pjreddie", 0.5, 0.5, 0.45)
 
 
@@ -149,7 +149,7 @@ def test_cold_detect_runs_numpy_and_leaves_the_compile_to_a_background_process(t
     """A fresh cache, DARKNUMBA_FIRST_RUN at its default (numpy): `detect` answers without
     compiling the forward pass, a background process compiles it; once that has ended, the
     same command runs compiled (no notice) and finds the same boxes."""
-    from darknumba.vision.compile_ahead import background_running
+    from darknumba.runtime.compile_ahead import background_running
     image = sample_photos()[0]
     weights = tmp_path / "w.weights"
     dn.save_weights(random_net(), weights)
@@ -174,15 +174,19 @@ def test_cold_detect_runs_numpy_and_leaves_the_compile_to_a_background_process(t
         assert x["name"] == y["name"] and abs(x["prob"] - y["prob"]) < 1e-4
 
 
-@pytest.mark.parametrize("argv0, frozen", [("/usr/bin/darknumba", True), ("script.py", False)])
-def test_import_freezes_the_collector_only_for_the_command(argv0, frozen):
-    """Run as the `darknumba` command (the console script's argv[0]), the objects the import
-    made are frozen out of later collections; imported by any other program, the user's
-    objects stay with the collector (nothing frozen) and the collector is on either way."""
-    code = ("import gc, sys; sys.argv = [sys.argv[1]]; import darknumba; "
+@pytest.mark.parametrize("argv0, command, frozen", [
+    ("/usr/bin/darknumba", False, False), ("script.py", False, False),
+    ("/usr/bin/darknumba", True, True)])
+def test_only_the_command_freezes_the_collector(argv0, command, frozen):
+    """The `darknumba` command (runtime.configure(command=True), from cli.main) freezes the
+    objects its imports made out of later collections; importing darknumba freezes nothing,
+    whatever the program is called, and the collector is on either way."""
+    code = ("import gc, sys; cmd = sys.argv[2:]; sys.argv = [sys.argv[1]]; import darknumba; "
+            "from darknumba import load_network\n"
+            "if cmd == ['command']: darknumba.configure(command=True)\n"
             "print(gc.get_freeze_count(), gc.isenabled())")
-    out = subprocess.run([sys.executable, "-c", code, argv0], capture_output=True, text=True,
-                         check=True).stdout.split()
+    out = subprocess.run([sys.executable, "-c", code, argv0] + ["command"] * command,
+                         capture_output=True, text=True, check=True).stdout.split()
     assert (int(out[0]) > 10000) == frozen and out[1] == "True"
 
 

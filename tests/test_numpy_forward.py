@@ -1,6 +1,6 @@
 """The numpy forward pass of a first run (numpy_forward.py) against the compiled kernels, layer
 by layer; the Detector's numpy first run and its hand-over to the compiled path; the cache
-probe and the background compile's lock (vision/compile_ahead.py)."""
+probe and the background compile's lock (runtime/compile_ahead.py)."""
 import importlib.util
 import os
 import subprocess
@@ -12,9 +12,8 @@ import pytest
 from conftest import ROOT, sample_photos, tiny_weights, v4tiny_weights
 
 import darknumba as dn
-from darknumba import numpy_forward
+from darknumba.runtime import compile_ahead, numpy_forward
 from darknumba.train.timing import unit_rolling_variance
-from darknumba.vision import compile_ahead
 from darknumba.vision.detector import Detector
 
 HEAD = "[net]\nwidth=32\nheight=32\nchannels=3\nbatch=2\n"
@@ -100,12 +99,12 @@ def test_a_real_detector_prints_the_same_lines_first_run_or_not(monkeypatch):
         first = Detector(ROOT / "cfg" / f"{cfg}.cfg", weights, log=logs.append,
                          first_run="numpy")
         got = [p.lines() for p in first.run(images[:2])]
-        assert first.numpy_forward and started == [first.net]
+        assert first.cold_start.numpy_forward and started == [first.net]
         assert "numpy computes the forward pass" in logs[0]
         monkeypatch.setattr(compile_ahead, "background_running", lambda: False)
         monkeypatch.setattr(compile_ahead, "cold_forward", lambda net: [])
         got += [p.lines() for p in first.run(images[2:])]
-        assert not first.numpy_forward                  # the compiled path took over
+        assert not first.cold_start.numpy_forward                  # the compiled path took over
         assert got == want
         monkeypatch.undo()
 
@@ -115,7 +114,7 @@ def test_numpy_first_run_only_where_it_applies(tmp_path, monkeypatch):
     monkeypatch.setattr(compile_ahead, "cold_forward", lambda net: [])
     d = Detector(net, log=lambda m: None, first_run="numpy")
     d.warm_up()
-    assert not d.numpy_forward                          # a warm cache: compiled at once
+    assert not d.cold_start.numpy_forward                          # a warm cache: compiled at once
     with pytest.raises(ValueError, match="first_run"):
         Detector(net, first_run="interpreted")
 
@@ -170,13 +169,13 @@ def test_the_second_background_helper_starts_at_exit_from_the_other_end(tmp_path
                         or [*(joining or []), Running()])
     registered = []
     monkeypatch.setattr("atexit.register", lambda f, *a: registered.append((f, a)))
-    monkeypatch.setattr("darknumba.launcher.usable_cores", lambda: 2)
+    monkeypatch.setattr("darknumba.runtime.launcher.usable_cores", lambda: 2)
     d = Detector(net, log=lambda m: None, first_run="numpy")
     d.warm_up()
-    assert d.numpy_forward and len(calls) == 1 and calls[0][1] is None   # one helper now
+    assert d.cold_start.numpy_forward and len(calls) == 1 and calls[0][1] is None   # one helper now
     (f, args), = registered
     f(*args)                                                 # what runs at exit
-    assert calls[1][0] == ("forwards",) and len(calls[1][1]) == 1 and len(d._background) == 2
+    assert calls[1][0] == ("forwards",) and len(calls[1][1]) == 1 and len(d.cold_start._background) == 2
     args[0].remove()                                         # the claims folder
 
 

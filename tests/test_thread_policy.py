@@ -1,7 +1,9 @@
-"""The thread policy holds whatever the user imported before darknumba (thread_policy.py).
+"""The thread policy holds whatever the user imported before darknumba configures the process
+(runtime/thread_policy.py, applied by runtime.configure: the command and a Detector call it).
 
-Each case runs a fresh interpreter without the variables this test process already has (importing
-darknumba here set them) and checks the effect on the loaded libraries, not a timing."""
+Each case runs a fresh interpreter without the variables this test process may already have (a
+Detector or the CLI here set them) and checks the effect on the loaded libraries, not a timing.
+tests/test_import_pure.py checks that importing darknumba alone changes none of it."""
 import ctypes.util
 import json
 import os
@@ -10,9 +12,9 @@ import sys
 
 import pytest
 
-from darknumba import thread_policy
+from darknumba.runtime import thread_policy
 
-SRC = os.path.dirname(os.path.dirname(thread_policy.__file__))
+SRC = os.path.dirname(os.path.dirname(os.path.dirname(thread_policy.__file__)))
 POLICY_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_THREAD_TIMEOUT", "NUMBA_THREADING_LAYER")
 
 
@@ -32,7 +34,8 @@ import numpy as np
 np.ones((256, 256), np.float32) @ np.ones((256, 256), np.float32)   # OpenBLAS's workers run
 before = set(os.listdir("/proc/self/task"))
 import darknumba
-from darknumba.thread_policy import openblas_thread_timeouts
+darknumba.configure()
+from darknumba.runtime.thread_policy import openblas_thread_timeouts
 after = set(os.listdir("/proc/self/task"))
 print(json.dumps({"timeouts": openblas_thread_timeouts(), "gone": sorted(before - after),
                   "numpy_blas": np.__config__.CONFIG["Build Dependencies"]["blas"]["name"]}))
@@ -62,6 +65,7 @@ GOMP_FIRST = """
 import ctypes, json, os
 ctypes.CDLL({lib!r}, mode=ctypes.RTLD_GLOBAL)   # numba's own libgomp, loaded by someone else
 import darknumba, numba
+darknumba.configure()
 print(json.dumps({{"layer": numba.config.THREADING_LAYER, "wait": os.environ.get("OMP_WAIT_POLICY"),
                   "spin": os.environ.get("GOMP_SPINCOUNT"),
                   "env": os.environ.get("NUMBA_THREADING_LAYER")}}))
@@ -88,6 +92,7 @@ import ctypes, json
 import torch
 import darknumba, numba, numpy as np
 from numba import njit, prange
+darknumba.configure()
 
 gomps = sorted({l.split()[-1] for l in open("/proc/self/maps") if "libgomp" in l})
 torch_in_parallel = ctypes.CDLL([p for p in gomps if "torch" in p][0]).omp_in_parallel
@@ -116,17 +121,19 @@ def test_torch_first_numba_openmp_runs_on_its_own_libgomp():
 
 
 def test_darknumba_first_keeps_openmp():
-    r = run("import json, darknumba, numba; print(json.dumps(numba.config.THREADING_LAYER))")
+    r = run("import json, darknumba, numba; darknumba.configure(); "
+            "print(json.dumps(numba.config.THREADING_LAYER))")
     assert r == "default"
 
 
 def test_import_leaves_the_garbage_collector_as_it_found_it():
-    """The collector is off while darknumba imports (numba's objects), then as it was."""
-    code = ("import gc, json; gc.{}(); import darknumba; "
+    """The collector is off while darknumba's engine imports (numba's objects), then as it
+    was."""
+    code = ("import gc, json; gc.{}(); from darknumba import Network; "
             "print(json.dumps(gc.isenabled()))")
     assert run(code.format("enable")) is True
     assert run(code.format("disable")) is False
     failing = ("import gc, json, sys; sys.modules['darknumba.network'] = None\n"
-               "try:\n    import darknumba\nexcept ImportError:\n    pass\n"
+               "try:\n    from darknumba import Network\nexcept ImportError:\n    pass\n"
                "print(json.dumps(gc.isenabled()))")
     assert run(failing) is True                 # an import that fails half way restores it

@@ -195,7 +195,7 @@ def test_gemms_dealt_out_to_threads_equal_one_stacked_matmul(rng, monkeypatch, n
     U = rng.standard_normal((36, c, n)).astype(np.float32)
     V = rng.standard_normal((tiles, 36, c)).astype(np.float32)
     M = np.full((tiles, 36, n), np.nan, np.float32)
-    from darknumba.thread_policy import blas_thread_counts
+    from darknumba.blas_threads import blas_thread_counts
     counts = [get_n() for _, get_n in blas_thread_counts()]
     cw.winograd_gemms(V, U, M)
     np.testing.assert_allclose(M.transpose(1, 0, 2), np.matmul(V.transpose(1, 0, 2), U),

@@ -1,52 +1,46 @@
-"""darknumba: Darknet's layers, loss and training loop, compiled with Numba for the CPU."""
-import gc as _gc
-import os as _os
-import sys as _sys
+"""darknumba: Darknet's layers, loss and training loop, compiled with Numba for the CPU.
 
-# numba's import makes a few hundred thousand objects: the collector's full passes over them
-# during the import cost ~0.1-0.3 s and find nothing to free. Off while importing, then as it was.
-_gc_was_enabled = _gc.isenabled()
-_gc.disable()
-try:
-    from . import thread_policy
-
-    # numba's OpenMP workers and OpenBLAS's workers spin after their work and take each
-    # other's cores: set their wait policies before numba starts, also when numpy or torch
-    # came first (thread_policy.py).
-    thread_policy.apply()
-    # Under mpirun, several ranks share this machine's cores: size the thread pools before
-    # they start.
-    from .launcher import limit_threads_per_rank
-
-    limit_threads_per_rank()
-
-    from .errors import DarknumbaError, CfgError, WeightsError
-    from .network import Network
-    from .parser import parse_network_cfg, load_network
-    from .weights import load_weights, save_weights
-finally:                    # also when an import fails: the collector as it was
-    if _gc_was_enabled:
-        # Run as the `darknumba` command, this process is ours: what the import made stays
-        # until exit, so it is frozen out of later collections (their first passes over it
-        # took 0.1-0.15 s of a warm `detect`). Imported as a library, the user's objects are
-        # left to the collector as they were.
-        if _os.path.basename((getattr(_sys, "argv", None) or [""])[0] or "") == "darknumba":
-            _gc.freeze()
-        _gc.enable()
-
+Importing darknumba changes nothing in the process (no environment variable, collector,
+BLAS or OpenMP setting, no process started) and loads none of its modules: each name below
+loads its module on first use. `configure()` (runtime/__init__.py) sets the process up as the
+`darknumba` command and a Detector do.
+"""
 __all__ = [
     "DarknumbaError", "CfgError", "WeightsError", "Network",
-    "parse_network_cfg", "load_network", "load_weights", "save_weights", "Detector",
+    "parse_network_cfg", "load_network", "load_weights", "save_weights", "Detector", "configure",
 ]
 __version__ = "0.1.0"
 
-# Built on the engine, loaded on first use (`dn.Detector`): importing darknumba loads no
-# application module, so the engine stays usable without them.
-_APPLICATIONS = {"Detector": "darknumba.vision.detector"}
+# name -> the module that defines it, imported on first use (`dn.Network`, `from darknumba
+# import load_network`). The engine's names and the applications' (Detector) alike: importing
+# darknumba imports neither numpy nor numba, so the command can configure the process first.
+_EXPORTS = {
+    "DarknumbaError": "darknumba.errors", "CfgError": "darknumba.errors",
+    "WeightsError": "darknumba.errors", "Network": "darknumba.network",
+    "parse_network_cfg": "darknumba.parser", "load_network": "darknumba.parser",
+    "load_weights": "darknumba.weights", "save_weights": "darknumba.weights",
+    "Detector": "darknumba.vision.detector", "configure": "darknumba.runtime",
+}
 
 
 def __getattr__(name):
-    if name not in _APPLICATIONS:
+    if name not in _EXPORTS:
         raise AttributeError(f"module 'darknumba' has no attribute {name!r}")
+    import gc
     import importlib
-    return getattr(importlib.import_module(_APPLICATIONS[name]), name)
+
+    # numba's import makes a few hundred thousand objects, and the collector's full passes over
+    # them (~0.1-0.3 s) find nothing to free: off while importing, then as it was
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    finally:
+        if was_enabled:
+            gc.enable()
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_EXPORTS))

@@ -25,18 +25,24 @@ import sys
 import traceback
 from typing import Annotated
 
-import typer
+from ..runtime import collector_paused, configure
+
+# This module is the `darknumba` command: the process is set up before numpy and numba load
+# (the commands below import them), since they read the thread policy when they start
+# (runtime/__init__.py). main() adds the command's own steps.
+with collector_paused():
+    configure()
+
+import typer  # noqa: E402
 
 try:                                    # typer >= 0.20 carries its own copy of click
     from typer._click.exceptions import ClickException
 except ImportError:
     from click.exceptions import ClickException
 
-from ..cache_heal import heal_numba_cache
-from ..cache_loads import skip_refresh_on_cache_loads
-from ..errors import DarknumbaError, UsageError
-from ..launcher import DATA_PARALLEL_COMMANDS, launched_ranks
-from .common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
+from ..errors import DarknumbaError, UsageError  # noqa: E402
+from ..runtime.launcher import DATA_PARALLEL_COMMANDS, launched_ranks  # noqa: E402
+from .common import (EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,  # noqa: E402
                      one_line)
 
 
@@ -54,10 +60,11 @@ def _options(debug: Annotated[bool, typer.Option(
 
 
 def _register_all():
-    for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
-        module = importlib.import_module(f"{__name__}.{mod}")
-        if hasattr(module, "register"):
-            module.register(app)
+    with collector_paused():            # the commands' modules: numba's objects among them
+        for mod in sorted(m.name for m in pkgutil.iter_modules(__path__)):
+            module = importlib.import_module(f"{__name__}.{mod}")
+            if hasattr(module, "register"):
+                module.register(app)
 
 
 _register_all()
@@ -213,9 +220,9 @@ def _flush_stdout(code: int) -> int:
 
 
 def main():
-    gc.freeze()         # what the imports made stays: later collections need not walk it
-    skip_refresh_on_cache_loads()       # the command's kernels load 0.2-0.35 s sooner
-    heal_numba_cache()                  # a damaged cache file is moved aside and recompiled
+    # the command's steps of runtime.configure: its kernels load 0.2-0.35 s sooner (cache_loads),
+    # what the imports made is frozen (later collections need not walk it)
+    configure(command=True)
     code = _flush_stdout(run())
     # The objects of numba, llvmlite and typer stay until exit; frozen, the interpreter's last
     # collections skip them (~0.4 s of a warm `detect`). Nothing is lost: no objects we

@@ -20,8 +20,8 @@ def warm_network(cfg: Path, log=None) -> bool:
     Returns whether numba compiled anything."""
     import numpy as np
 
-    from ..compile_notice import compile_notice
     from ..parser import load_network
+    from ..runtime.compile_notice import compile_notice
     from ..vision.detector import Detector
     log = log or (lambda m: None)
     net = load_network(cfg, None, batch=1)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ..kernels.winograd import (G, G2, tiles_of, winograd2_input_cpu, winograd2_output_cpu,
                                 winograd_filters_cpu, winograd_input_cpu, winograd_output_cpu)
-from ..thread_policy import blas_single_threaded, blas_thread_counts
+from ..blas_threads import blas_single_threaded, blas_thread_counts
 from .base import scratch_of
 from .conv_plan import winograd_tile
 

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from ..errors import DarknumbaError
-from ..launcher import launched_ranks
+from ..runtime.launcher import launched_ranks
 
 DEFAULT_TIMEOUT = 1800.0    # s; covers rank 0's checkpoint writes and -map runs between collectives
 ABORT_GRACE = 0.5           # s between printing why the job stops and MPI_Abort (see abort)

@@ -29,7 +29,6 @@ Video files go through iter_video / predict_video (vision/video.py: one record p
 """
 from __future__ import annotations
 
-import atexit
 import glob
 import os
 import sys
@@ -43,12 +42,12 @@ from typing import Callable, Iterable, Iterator
 
 import numpy as np
 
-from ..cache_heal import heal_numba_cache
-from ..compile_notice import compile_notice
 from ..detections import Detections
 from ..errors import DataError
 from ..network import Network
 from ..parser import load_network
+from ..runtime import configure
+from ..runtime.cold_start import ColdStart
 from ..textfile import read_list, read_text
 from .box import detect, detection_layers, detection_results, format_lines
 from .box_ab import detection_results_v3, format_lines_v3
@@ -351,12 +350,9 @@ class Detector:
         self.letterbox = letterbox
         self.ext_output = ext_output
         self.log = log or _stderr
-        self.warm = False
-        if first_run not in ("compile", "numpy"):
-            raise ValueError(f"first_run: 'compile' or 'numpy', not {first_run!r}")
-        self.first_run = first_run
-        self.numpy_forward = False          # the forward pass in numpy (a first run, see below)
-        self._background: list = []       # the background compile's helpers (a first run)
+        configure(self.log)                 # the thread policy, numba's cache healed (runtime)
+        # compile or load the kernels before the first image (runtime/cold_start.py)
+        self.cold_start = ColdStart(self, first_run, self.log)
 
     def warm_up(self):
         """Run the pipeline once on a blank image, so that every kernel it calls is compiled
@@ -366,89 +362,9 @@ class Detector:
         With first_run="numpy", on a cold cache (kernels of the forward pass not compiled for
         this CPU) and a network numpy_forward covers: the forward pass runs in numpy instead,
         only the boxes' decoding and NMS are compiled here (seconds), and a background process
-        compiles the rest for later runs; run() goes over to the compiled path once it has."""
-        if self.warm:
-            return
-        heal_numba_cache(self.log)      # a damaged cache file: moved aside, recompiled
-        if self.first_run == "numpy" and self._numpy_first_run():
-            self.warm = True
-            return
-        from . import compile_ahead
-        blank = np.full((self.net.c, self.net.h, self.net.w), 0.5, np.float32)
-        # on a cold cache a second process shares the compile, task by task (compile_ahead)
-        claims = compile_ahead.Claims()
-        helper = []
-        try:
-            with compile_notice(self.log, on_compile=lambda: helper.append(compile_ahead.start(
-                    self.net, self.thresh, self.hier, self.nms, claims))):
-                whole = compile_ahead.compile_forwards(self.net, blank, claims, self.thresh,
-                                                       self.hier, self.nms, self.letterbox)
-            if not whole:
-                claims.wait_for_theirs(helper[0] if helper else None)
-                detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox)
-        finally:
-            for h in helper:
-                compile_ahead.stop(h)
-            claims.remove()
-        self.warm = True
-
-    def _numpy_first_run(self) -> bool:
-        """Start the numpy first run (see warm_up); False when it does not apply."""
-        from .. import numpy_forward
-        from . import compile_ahead
-        if numpy_forward.unsupported(self.net) is not None or not compile_ahead.has_cfg(
-                self.net) or not compile_ahead.cold_forward(self.net):
-            return False
-        claims = compile_ahead.Claims()
-        claims.take("boxes")                # compiled here, first: the background does the rest
-        helpers = compile_ahead.start_background(self.net, self.thresh, self.hier, self.nms,
-                                                 claims)
-        if not helpers:
-            claims.remove()
-        where = f" (pid {', '.join(str(h.pid) for h in helpers)})" if helpers else ""
-        self.log(f"darknumba: first run on this CPU: numpy computes the forward pass while the "
-                 f"kernels compile in the background{where} for the next runs; compiling the "
-                 f"box decoding (seconds)")
-        blank = np.full((self.net.c, self.net.h, self.net.w), 0.5, np.float32)
-        detect(self.net, [blank], self.thresh, self.hier, self.nms, self.letterbox,
-               forward=numpy_forward.forward)
-        claims.finish("boxes")
-        self.numpy_forward, self._background = True, helpers
-        if helpers:
-            # a second helper, from the other end, once this process no longer needs the
-            # cores (started now, it would slow this first answer by half)
-            atexit.register(self._second_helper, claims)
-        return True
-
-    def _second_helper(self, claims):
-        from ..launcher import usable_cores
-        from . import compile_ahead
-        if usable_cores() >= 2 and self._background and self._background[0].poll() is None \
-                and os.path.isdir(claims.folder):
-            self._background = compile_ahead.start_background(
-                self.net, self.thresh, self.hier, self.nms, claims, "forwards",
-                joining=self._background)
-
-    def _compiled_ready(self) -> bool:
-        """During a numpy first run: whether the background compile has finished, and the
-        compiled path can take over (the next warm_up loads it from the cache)."""
-        from . import compile_ahead
-        if self._background:
-            if all(h.poll() is None for h in self._background):
-                return False
-        elif compile_ahead.background_running():
-            return False
-        return not compile_ahead.cold_forward(self.net)
-
-    def _forward(self):
-        """The forward pass _detect uses: numpy's until the compiled kernels are ready."""
-        if self.numpy_forward and self._compiled_ready():
-            self.numpy_forward, self.warm, self.first_run = False, False, "compile"
-            self.warm_up()
-        if self.numpy_forward:
-            from ..numpy_forward import forward
-            return forward
-        return None
+        compiles the rest for later runs; run() goes over to the compiled path once it has
+        (runtime/cold_start.py)."""
+        self.cold_start.warm_up()
 
     def run(self, images: Iterable) -> Iterator[Prediction]:
         """A Prediction per item of `images` (paths, arrays or Pillow images, taken as they
@@ -471,7 +387,7 @@ class Detector:
     def _detect(self, chunk: list[Prediction]) -> list[Prediction]:
         live = [p for p in chunk if p.image is not None]
         if live:
-            forward = self._forward()
+            forward = self.cold_start.forward()
             t0 = time.perf_counter()
             dets = detect(self.net, [p.image for p in live], self.thresh, self.hier, self.nms,
                           self.letterbox, forward=forward)

@@ -6,7 +6,7 @@ the compiled versions by signature and CPU) and data files (`<kernel>.<n>.nbc`) 
 folder: NUMBA_CACHE_DIR/<source folder>_<hash>/ if set, else `__pycache__` beside the kernels'
 source (or the user's cache folder when that cannot be written). A full disk, an interrupted
 copy or a stray file leaves an index or data file numba fails to read, and numba raises from
-every load. With `heal_numba_cache()` (the command and the Detector call it):
+every load. With `heal_numba_cache()` (runtime.configure, which the command and the Detector call):
 
   - an index that does not unpickle, or that another numba version wrote (numba would write
     over it), is moved with its data files into `corrupt-<time>-<pid>/` in its folder;
@@ -182,7 +182,7 @@ def _check_cache_dir():
     if not root or _state["checked"] == root:
         return
     _state["checked"] = root
-    from .kernels.blas import axpy_cpu
+    from ..kernels.blas import axpy_cpu
     used = getattr(axpy_cpu, "_cache", None)
     used = getattr(used, "cache_path", None)
     if used is None or os.path.dirname(os.path.abspath(used)) == os.path.abspath(root):

@@ -8,12 +8,12 @@ other's tasks and runs the detector once more, every kernel now loaded from numb
 two idle cores a first run compiles in about half the time. The helper only fills the cache:
 nothing depends on it, and it is stopped once the first process has every kernel.
 
-    python -m darknumba.vision.compile_ahead CFG BATCH WIDTH HEIGHT DIALECT THRESH HIER NMS EXACT
+    python -m darknumba.runtime.compile_ahead CFG BATCH WIDTH HEIGHT DIALECT THRESH HIER NMS EXACT
         [CLAIMS [background [forwards|backwards]]]
 
 A numpy first run (Detector(first_run="numpy")) leaves the compile to background helpers
 instead: they outlive the first process, at a lower priority, and fill the cache for later
-runs (start_background).
+runs (start_background). The detector's side of both: cold_start.py.
 """
 from __future__ import annotations
 
@@ -145,8 +145,8 @@ def run_layer(net, i, x):
 
 
 def boxes_task(net, w, h, thresh, hier, nms, letterbox=True):
-    from .box import get_network_boxes
-    from .box_ab import network_nms
+    from ..vision.box import get_network_boxes
+    from ..vision.box_ab import network_nms
     dets = get_network_boxes(net, w, h, thresh, hier, True, 0, letterbox)
     if nms:
         network_nms(net, dets, nms)
@@ -157,7 +157,7 @@ def compile_forwards(net, image, claims: Claims, thresh: float, hier: float, nms
     """The first process's share: the detector on `image` task by task from the input, each
     task only if claimed here. True when every task ran here, i.e. it was a whole detection;
     False when some were the other process's (then wait_for_theirs and detect again)."""
-    from .box import detection_layers, network_input
+    from ..vision.box import detection_layers, network_input
     detection_layers(net)
     x = network_input(net, [image], letterbox).reshape(-1)
     net.train, net.truth = False, None
@@ -195,7 +195,7 @@ def start(net, thresh: float, hier: float, nms: float,
           claims: Claims | None = None) -> subprocess.Popen | None:
     """The helper process for `net`, claiming its tasks in `claims` (None when there is one
     core, or no cfg file to build it from)."""
-    from ..launcher import usable_cores
+    from .launcher import usable_cores
     if usable_cores() < 2 or not has_cfg(net):
         return None
     try:
@@ -326,8 +326,9 @@ def compile_backwards(cfg, batch: int, w: int, h: int, dialect: str, thresh: flo
 
 
 if __name__ == "__main__":
-    from ..cache_heal import heal_numba_cache
-    heal_numba_cache()          # as the process that started it: a damaged file is moved aside
+    from . import configure
+    configure()                 # as the process that started it: the thread policy before numpy
+    #                             loads, a damaged cache file moved aside
     a = sys.argv[1:]
     background = len(a) > 10 and a[10] == "background"
     if background and hasattr(os, "nice"):

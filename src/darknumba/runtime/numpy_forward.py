@@ -4,7 +4,7 @@ Compiling a detector's kernels takes tens of seconds on a first run; numpy needs
 On a cold cache `darknumba detect` runs its images through this forward pass (the convolutions
 as im2col + the same BLAS GEMM as the compiled exact path, the per-channel sweeps as numpy
 array operations, in Darknet's float32 order) while a background process compiles the kernels
-for the next runs (vision/detector.py). Only the decoding of the boxes and NMS use compiled
+for the next runs (runtime/cold_start.py). Only the decoding of the boxes and NMS use compiled
 kernels (a few seconds to compile).
 
 Covered: [convolutional] (groups, any size and stride, batch norm), [maxpool], [route],
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .kernels.activations import LEAKY, LINEAR, LOGISTIC, MISH, RELU, SWISH
+from ..kernels.activations import LEAKY, LINEAR, LOGISTIC, MISH, RELU, SWISH
 
 F32 = np.float32
 FLT_MAX = np.finfo(np.float32).max
@@ -31,13 +31,13 @@ ELEMENTWISE = (LINEAR, LEAKY, RELU, LOGISTIC, MISH, SWISH)
 def unsupported(net) -> str | None:
     """None when every layer of `net` has a forward here, else what is missing (a short
     phrase naming the layer)."""
-    from .layers.convolutional import ConvolutionalLayer
-    from .layers.maxpool import MaxpoolLayer
-    from .layers.route import RouteLayer
-    from .layers.shortcut import ShortcutLayer
-    from .layers.upsample import UpsampleLayer
-    from .layers.yolo import YoloLayer
-    from .layers.yolo_ab import AbYoloLayer
+    from ..layers.convolutional import ConvolutionalLayer
+    from ..layers.maxpool import MaxpoolLayer
+    from ..layers.route import RouteLayer
+    from ..layers.shortcut import ShortcutLayer
+    from ..layers.upsample import UpsampleLayer
+    from ..layers.yolo import YoloLayer
+    from ..layers.yolo_ab import AbYoloLayer
     if net.quirks.compat is not None:
         return f"compat={net.quirks.compat}"
     for i, l in enumerate(net.layers):
@@ -199,7 +199,7 @@ def _yolo(l, net):
     x = net.input[:l.batch * l.outputs].reshape(l.batch, l.n, entries, wh)
     out = l.output[:l.batch * l.outputs].reshape(l.batch, l.n, entries, wh)
     out[...] = x
-    from .layers.yolo_ab import AbYoloLayer
+    from ..layers.yolo_ab import AbYoloLayer
     ab = isinstance(l, AbYoloLayer)
     for part in (out[:, :, 0:2], out[:, :, 4:]):
         if not ab:

@@ -9,8 +9,8 @@ here, needed only to compile. A cached kernel is machine code: loading it needs 
 
 numba's own internals: `Cache.load_overload` and the runtime's `rtsys.initialize` are the same
 in numba 0.58 to 0.68 (read in each); outside that range, or for another target than the CPU,
-loads go through numba unchanged. Only the command turns this on (cli.main), so a program that
-imports darknumba keeps numba as it is.
+loads go through numba unchanged. Only the command turns this on (runtime.configure(command=True), from cli.main), so a
+program that imports darknumba keeps numba as it is.
 """
 from __future__ import annotations
 

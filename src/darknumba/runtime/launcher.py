@@ -1,6 +1,6 @@
 """What the process launcher (`mpirun` / `mpiexec`) tells this process through its environment:
 how many ranks the job has and how many share this machine. Read before numpy or numba load
-(darknumba/__init__.py calls `limit_threads_per_rank`), because their thread pools take their
+(runtime.configure calls `limit_threads_per_rank`; the command before numpy loads), because their thread pools take their
 sizes from the environment when they start.
 
 Without a launcher every function here answers "one process" and changes nothing.

@@ -11,7 +11,7 @@ machine the spinners of one pool take the cores the other pool needs (measured o
   OMP_WAIT_POLICY=PASSIVE, where workers sleep at once, and 1.34 with the default; yolov3-tiny
   inference 29.0 ms against 30.2 passive, yolov4-tiny 34.3 against 35.4, training steps 2-3 %
   faster: back-to-back kernels find the workers awake). libgomp reads it when numba starts its
-  threading layer (at the first parallel kernel), so setting it at import suffices. It is left
+  threading layer (at the first parallel kernel), so setting it before that suffices. It is left
   out when the user set OMP_WAIT_POLICY or GOMP_SPINCOUNT (libgomp lets GOMP_SPINCOUNT override
   the policy).
   But when a libgomp was loaded before darknumba (torch loads its own into the global symbol
@@ -27,7 +27,9 @@ machine the spinners of one pool take the cores the other pool needs (measured o
   `apply_openblas_timeout` has every loaded OpenBLAS re-read its environment and restart its
   workers, as it does itself after a fork; they then sleep after the short timeout too.
 
-A user's own setting of any of these variables (and of NUMBA_THREADING_LAYER) wins: only
+Nothing here runs at import: runtime.configure() applies it (the command as it starts, before
+numpy loads; a Detector when it is made; a program that embeds darknumba when it asks). A
+user's own setting of any of these variables (and of NUMBA_THREADING_LAYER) wins: only
 missing ones are filled in.
 """
 from __future__ import annotations
@@ -35,7 +37,8 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from contextlib import contextmanager
+
+from ..blas_threads import loaded_libraries
 
 ENV_DEFAULTS = {"OPENBLAS_THREAD_TIMEOUT": "4"}
 # numba's OpenMP workers' spin before they sleep, unless the user chose a wait policy
@@ -51,7 +54,8 @@ _OMP_WAIT_VARS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 
 def apply():
-    """The whole policy, run when darknumba is imported (before it imports numba)."""
+    """The whole policy (runtime.configure runs it once; before numpy and numba load in
+    the command)."""
     omp_wait_set = any(name in os.environ for name in _OMP_WAIT_VARS)
     for name, value in ENV_DEFAULTS.items():
         os.environ.setdefault(name, value)
@@ -89,17 +93,6 @@ def _numba_threads_started() -> bool:
     return bool(parallel is not None and parallel._is_initialized)
 
 
-def loaded_libraries(name: str) -> list[str]:
-    """Paths of the shared libraries loaded in this process whose path contains `name`
-    (case-insensitive): "openblas" finds numpy's, scipy's and OpenCV's OpenBLAS."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split(maxsplit=5)[-1].strip() for line in f if name in line.lower()}
-    except OSError:                 # not Linux: nothing to find this way, nothing changed
-        return []
-    return sorted(p for p in paths if p.startswith("/"))
-
-
 def _openblas(path):
     """The library at `path` through ctypes if it has the entry points used here, else None."""
     try:
@@ -125,7 +118,7 @@ def openblas_thread_timeouts() -> dict[str, int]:
 def apply_openblas_timeout() -> list[str]:
     """Give every OpenBLAS already loaded the timeout now in the environment; returns their paths.
 
-    Call it when no BLAS call is running in another thread (darknumba does at import): the workers
+    Call it when no BLAS call is running in another thread (runtime.configure does): the workers
     are joined and started again, which takes a few milliseconds."""
     want = os.environ.get("OPENBLAS_THREAD_TIMEOUT", "")
     if not want.strip().isdigit():
@@ -140,47 +133,3 @@ def apply_openblas_timeout() -> list[str]:
         lib.blas_thread_init()
         changed.append(path)
     return changed
-
-
-def blas_thread_counts() -> list:
-    """(set, get) of the thread count of every loaded OpenBLAS that exports them (numpy's:
-    ``scipy_openblas_{set,get}_num_threads64_``), looked up once. The count is process-wide:
-    ``openblas_set_num_threads_local`` does not help here, since in the pthreads build numpy
-    ships it sets that same count (measured: set from one thread, every thread's calls run
-    single-threaded after)."""
-    global _THREAD_COUNTS
-    if _THREAD_COUNTS is None:
-        found = []
-        for path in loaded_libraries("openblas"):
-            try:
-                lib = ctypes.CDLL(path)
-            except OSError:
-                continue
-            for prefix, suffix in (("scipy_openblas", "64_"), ("openblas", "64_"), ("openblas", "")):
-                set_n = getattr(lib, f"{prefix}_set_num_threads{suffix}", None)
-                get_n = getattr(lib, f"{prefix}_get_num_threads{suffix}", None)
-                if set_n is not None and get_n is not None:
-                    set_n.argtypes, get_n.restype = [ctypes.c_int], ctypes.c_int
-                    found.append((set_n, get_n))
-                    break
-        _THREAD_COUNTS = found
-    return _THREAD_COUNTS
-
-
-_THREAD_COUNTS = None
-
-
-@contextmanager
-def blas_single_threaded():
-    """Every loaded OpenBLAS on one thread for the duration, its count restored after: BLAS
-    calls made meanwhile from several threads each run in the thread that makes them. Only for
-    the thread that drives the work (the count is process-wide)."""
-    counts = blas_thread_counts()
-    before = [get_n() for _, get_n in counts]
-    for set_n, _ in counts:
-        set_n(1)
-    try:
-        yield
-    finally:
-        for (set_n, _), n in zip(counts, before, strict=True):
-            set_n(n)
