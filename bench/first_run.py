@@ -45,7 +45,7 @@ def background_running(python) -> bool:
     """Whether a background compile holds the lock (asked of the timed install, cheaply)."""
     code = ("import sys, importlib.util\n"
             "spec = importlib.util.find_spec('darknumba')\n"
-            "sys.path.insert(0, spec.submodule_search_locations[0] + '/vision')\n"
+            "sys.path.insert(0, spec.submodule_search_locations[0] + '/runtime')\n"
             "import compile_ahead as c\n"
             "sys.exit(0 if c.background_running() else 1)")
     return subprocess.run([python, "-c", code]).returncode == 0
