@@ -14,14 +14,19 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
           reps: Annotated[int, typer.Option(min=1, help="timed repetitions")] = 10,
           train: Annotated[bool, typer.Option(help="time training steps (forward, backward, "
                                                    "update) with random yolo truths")] = False,
+          remeasure_peak: Annotated[bool, typer.Option(
+              "--remeasure-peak", help="measure the machine's peak GEMM rate again instead of "
+                                       "reading it from darknumba's cache folder")] = False,
           exact: ExactOption = None):
     """Time the forward pass (or a training step): first call (compile), steady state, and
-    where the time goes per layer."""
+    where the time goes per layer, each layer's effective GFLOPS (Darknet's BFLOPs over its
+    time) and its share of the machine's peak (a float32 GEMM measured once, then cached)."""
     import time
 
     import numpy as np
 
     from ..parser import load_network
+    from ..train.peak import gemm_peak
     from ..train.timing import profile_forward, profile_train, unit_rolling_variance
     net = load_network(cfg, weights, batch=batch, exact=exact)
     if weights is None:
@@ -44,7 +49,11 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
     t = time.perf_counter()
     step()
     typer.echo(f"first call {1000 * (time.perf_counter() - t):.1f} ms (compile or cache load)")
-    typer.echo(profile_train(net, x, truth, reps=reps) if train else profile_forward(net, x, reps=reps))
+    peak, threads, measured = gemm_peak(remeasure=remeasure_peak)
+    typer.echo(f"peak {peak:.1f} GFLOPS: float32 GEMM, {threads} thread(s), "
+               + ("measured now" if measured else "cached (--remeasure-peak measures again)"))
+    typer.echo(profile_train(net, x, truth, reps=reps, peak=peak) if train
+               else profile_forward(net, x, reps=reps, peak=peak))
     gflop = sum(l.bflops for l in net.layers) * batch * (3 if train else 1)
     times = []
     for _ in range(reps):
@@ -54,7 +63,8 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
     med = float(np.median(times))
     what = "training step" if train else "forward"
     typer.echo(f"{what} {1000 * med:.2f} ms median for {batch} image(s): "
-               f"{batch / med:.2f} images/s, {gflop / med:.1f} effective GFLOPS")
+               f"{batch / med:.2f} images/s, {gflop / med:.1f} effective GFLOPS, "
+               f"{gflop / med / peak:.1%} of peak")
 
 
 def register(app: typer.Typer):
