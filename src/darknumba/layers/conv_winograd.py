@@ -116,7 +116,7 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
     """out (+)= the 3x3 convolution of x (batch x c x h x w) at padding `pad` with the filters
     transformed into U ((m + 2)^2 x c x n) through F(m x m, 3x3): input transform, the GEMMs,
     output transform. With `per_image` (inference) one image's tiles at a time: its outputs
-    must not depend on its slot in the batch (BATCH_GEMM_MAX_N in convolutional.py)."""
+    must not depend on its slot in the batch (BATCH_GEMM_MAX_N in conv_plan.py)."""
     _, input_kernel, output_kernel = VARIANTS[m]
     k2, n = U.shape[0], U.shape[2]
     th, tw = tiles_of(out_h, out_w, m)
