@@ -6,11 +6,22 @@ entry 0,1 = x, y offsets (logistic), 2,3 = w, h (raw, exp'd against the anchor, 
 relative to the network input, the list ending at the first x == 0.
 """
 import math
+from collections import namedtuple
 
 import numpy as np
 from numba import njit
 
 from .yolo import box_iou, truth_cell, truth_class
+
+# region_deltas' arguments, named (numba takes namedtuples as arguments)
+RegionSizes = namedtuple("RegionSizes", "batch n lw lh coords classes truths")
+# the [region] loss settings; prior: seen < 12800 (pull boxes toward their anchors);
+# bias_match, rescore, background and tag (no softmax) are bools
+RegionLossParams = namedtuple("RegionLossParams",
+                              "thresh prior coord_scale object_scale noobject_scale "
+                              "class_scale mask_scale bias_match rescore background tag")
+# the class tree (tree=): has_tree, then its int64 arrays (empty without one)
+RegionTree = namedtuple("RegionTree", "has_tree parent group group_offset group_size")
 
 MAX_TRUTHS = 30
 
@@ -83,10 +94,7 @@ def _mapped_class(v, class_map, classes):
 
 
 @njit(cache=True)
-def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, truths, thresh,
-                  prior, coord_scale, object_scale, noobject_scale, class_scale, mask_scale,
-                  bias_match, rescore, background, tag, class_map, has_tree, parent, group,
-                  group_offset, group_size, skip, delta, stats):
+def region_deltas(output, truth, biases, sizes, p, class_map, tree, skip, delta, stats):
     """The training half of forward_region_layer (without a class tree).
 
     1. every prediction: δobj = noobject_scale·(0 - obj) (background: 1 - obj), zeroed when its
@@ -100,7 +108,12 @@ def region_deltas(output, truth, biases, batch, n, lw, lh, coords, classes, trut
     With a class map the truth's class is mapped first; with a tree the class deltas follow
     the class's path (delta_region_class_tree). Images with skip[b] set (classification-only,
     handled by region_tree_class_only) are left alone.
-    stats (7,) float64 += avg_iou, recall, avg_cat, avg_obj, avg_anyobj, count, class_count."""
+    stats (7,) float64 += avg_iou, recall, avg_cat, avg_obj, avg_anyobj, count, class_count.
+    sizes: RegionSizes; p: RegionLossParams; tree: RegionTree."""
+    batch, n, lw, lh, coords, classes, truths = sizes
+    (thresh, prior, coord_scale, object_scale, noobject_scale, class_scale, mask_scale,
+     bias_match, rescore, background, tag) = p
+    has_tree, parent, group, group_offset, group_size = tree
     wh = lw * lh
     entries = coords + classes + 1
     stride = wh

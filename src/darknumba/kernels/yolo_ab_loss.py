@@ -7,12 +7,26 @@ image: max_boxes rows of truth_size (6) floats x, y, w, h, class, track id, endi
 x == 0. Float32 where the C computes in float (its statistics too).
 """
 import math
+from collections import namedtuple
 
 import numpy as np
 from numba import njit, prange
 
 from .box_ab import MSE, box_ciou, box_diou, box_giou, box_iou, box_iou_kind, dx_box_iou
 from .yolo_ab import get_yolo_box
+
+# process_batch's arguments, named (numba takes namedtuples of scalars as arguments)
+# sizes: anchors of this layer (n) and in all (total), the grid, the network input, and the
+# truth (values per image, per box, boxes per image)
+YoloSizes = namedtuple("YoloSizes", "n total lw lh classes netw neth truths truth_size "
+                                    "max_boxes")
+# the loss settings of AlexeyAB's [yolo]: float32 as the C's floats; iou_thresh_kind and
+# iou_loss are box_ab kinds; clip (max_delta given), new_coords, objectness_smooth and
+# focal_loss are bools; eps is label_smooth_eps
+YoloLossParams = namedtuple("YoloLossParams",
+                            "ignore_thresh truth_thresh iou_thresh iou_thresh_kind "
+                            "iou_normalizer obj_normalizer cls_normalizer iou_loss max_delta "
+                            "clip new_coords objectness_smooth focal_loss eps")
 
 f32 = np.float32
 _0 = f32(0.0)
@@ -191,11 +205,8 @@ def _index_in(mask, n, a):
 
 
 @njit(cache=True, error_model="numpy")
-def process_batch(b, output, delta, truth, biases, mask, n, total, lw, lh, classes, netw,
-                  neth, truths, truth_size, max_boxes, ignore_thresh, truth_thresh,
-                  iou_thresh, iou_thresh_kind, iou_normalizer, obj_normalizer, cls_normalizer,
-                  iou_loss, max_delta, clip, new_coords, objectness_smooth, focal_loss, eps,
-                  multipliers, class_map, stats):
+def process_batch(b, output, delta, truth, biases, mask, sizes, p, multipliers, class_map,
+                  stats):
     """AlexeyAB's process_batch for image b.
 
     1. Every prediction: objectness delta -obj * obj_normalizer, unless its best IoU with a
@@ -207,7 +218,13 @@ def process_batch(b, output, delta, truth, biases, mask, n, total, lw, lh, class
        layer's, and (iou_thresh < 1) every other of this layer's anchors whose iou_thresh_kind
        IoU with it is > iou_thresh, at the cell holding its centre.
     3. With iou_thresh < 1, each cell's box deltas are divided by its count of positive class
-       deltas."""
+       deltas.
+
+    sizes: YoloSizes; p: YoloLossParams."""
+    n, total, lw, lh, classes, netw, neth, truths, truth_size, max_boxes = sizes
+    (ignore_thresh, truth_thresh, iou_thresh, iou_thresh_kind, iou_normalizer, obj_normalizer,
+     cls_normalizer, iou_loss, max_delta, clip, new_coords, objectness_smooth, focal_loss,
+     eps) = p
     wh = lw * lh
     entries = 4 + 1 + classes
     outputs = wh * n * entries
@@ -334,19 +351,13 @@ def process_batch(b, output, delta, truth, biases, mask, n, total, lw, lh, class
 
 
 @njit(parallel=True, cache=True, error_model="numpy")
-def forward_yolo_ab_loss(output, delta, truth, biases, mask, batch, n, total, lw, lh, classes,
-                         netw, neth, truths, truth_size, max_boxes, ignore_thresh, truth_thresh,
-                         iou_thresh, iou_thresh_kind, iou_normalizer, obj_normalizer,
-                         cls_normalizer, iou_loss, max_delta, clip, new_coords,
-                         objectness_smooth, focal_loss, eps, multipliers, class_map, stats):
+def forward_yolo_ab_loss(output, delta, truth, biases, mask, batch, sizes, p, multipliers,
+                         class_map, stats):
     """The training half of AlexeyAB's forward_yolo_layer: process_batch for every image in
     parallel (each writes only its own slice of output, delta and stats[b])."""
     for b in prange(batch):
-        process_batch(b, output, delta, truth, biases, mask, n, total, lw, lh, classes, netw,
-                      neth, truths, truth_size, max_boxes, ignore_thresh, truth_thresh,
-                      iou_thresh, iou_thresh_kind, iou_normalizer, obj_normalizer,
-                      cls_normalizer, iou_loss, max_delta, clip, new_coords, objectness_smooth,
-                      focal_loss, eps, multipliers, class_map, stats)
+        process_batch(b, output, delta, truth, biases, mask, sizes, p, multipliers, class_map,
+                      stats)
 
 
 @njit(cache=True)

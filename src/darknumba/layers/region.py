@@ -24,6 +24,7 @@ from ..kernels.box import correct_yolo_boxes_cpu
 from ..kernels.region import (MAX_TRUTHS, N_STATS, S_ANYOBJ, S_CLASS, S_CLASS_COUNT, S_COUNT,
                               S_IOU, S_OBJ, S_RECALL, activate_region_output, get_region_detections_cpu,
                               get_region_detections_tree_cpu, region_deltas, region_gradient,
+                              RegionLossParams, RegionSizes, RegionTree,
                               region_tree_class_only, softmax_tree_cpu)
 from ..kernels.softmax import softmax_cpu
 from ..kernels.yolo import sum_squares
@@ -136,15 +137,16 @@ class RegionLayer(Layer):
                                    self.coords, self.classes, self.truths, self.map,
                                    self.noobject_scale, self.class_scale, **tree,
                                    delta=self.delta, stats=stats, done=skip)
-        region_deltas(self.output, net.truth, self.biases, self.batch, self.n, self.w, self.h,
-                      self.coords, self.classes, self.truths, thresh=self.thresh,
-                      prior=net.seen < 12800, coord_scale=self.coord_scale,
-                      object_scale=self.object_scale, noobject_scale=self.noobject_scale,
-                      class_scale=self.class_scale, mask_scale=self.mask_scale,
-                      bias_match=bool(self.bias_match), rescore=bool(self.rescore),
-                      background=bool(self.background), tag=not self.softmax,
-                      class_map=self.map, has_tree=t is not None, **tree, skip=skip,
-                      delta=self.delta, stats=stats)
+        sizes = RegionSizes(self.batch, self.n, self.w, self.h, self.coords, self.classes,
+                            self.truths)
+        p = RegionLossParams(
+            thresh=self.thresh, prior=net.seen < 12800, coord_scale=self.coord_scale,
+            object_scale=self.object_scale, noobject_scale=self.noobject_scale,
+            class_scale=self.class_scale, mask_scale=self.mask_scale,
+            bias_match=bool(self.bias_match), rescore=bool(self.rescore),
+            background=bool(self.background), tag=not self.softmax)
+        region_deltas(self.output, net.truth, self.biases, sizes, p, self.map,
+                      RegionTree(t is not None, **tree), skip, self.delta, stats)
         self.cost = float(np.float32(sum_squares(self.delta, self.delta.size)))
         count, class_count = stats[S_COUNT], stats[S_CLASS_COUNT]
         per = (lambda v: v / count) if count else (lambda v: math.nan)

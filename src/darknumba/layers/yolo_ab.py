@@ -25,7 +25,8 @@ from ..kernels.yolo_ab import (activate_yolo_output_ab, correct_yolo_boxes_ab_cp
 from ..kernels.yolo_ab_loss import (N_STATS, S_ANYOBJ, S_BAD_CLASS, S_CAT, S_CIOU,
                                     S_CLASS_COUNT, S_COUNT, S_DIOU, S_GIOU, S_GIOU_LOSS, S_IOU,
                                     S_IOU_LOSS, S_NAN_FIXED, S_OBJ, S_RECALL, S_RECALL75,
-                                    S_REWRITTEN, S_TOTAL_BBOX, forward_yolo_ab_loss,
+                                    S_REWRITTEN, S_TOTAL_BBOX, YoloLossParams, YoloSizes,
+                                    forward_yolo_ab_loss,
                                     yolo_delta_squares)
 from ..tree import read_map, resolve
 from .yolo import YoloLayer
@@ -151,15 +152,16 @@ class AbYoloLayer(YoloLayer):
         self._check_truth(truth)
         f = np.float32
         stats = np.zeros((self.batch, N_STATS), np.float32)
-        forward_yolo_ab_loss(
-            self.output, self.delta, truth, self.biases, self.mask, self.batch, self.n,
-            self.total, self.w, self.h, self.classes, net.w, net.h, self.truths,
-            self.truth_size, self.max_boxes, f(self.ignore_thresh), f(self.truth_thresh),
-            f(self.iou_thresh), self.iou_thresh_kind, f(self.iou_normalizer),
-            f(self.obj_normalizer), f(self.cls_normalizer), self.iou_loss, f(self.max_delta),
-            self.max_delta != FLT_MAX, bool(self.new_coords), bool(self.objectness_smooth),
-            bool(self.focal_loss), f(self.label_smooth_eps), self.classes_multipliers,
-            self.map, stats)
+        sizes = YoloSizes(self.n, self.total, self.w, self.h, self.classes, net.w, net.h,
+                          self.truths, self.truth_size, self.max_boxes)
+        p = YoloLossParams(
+            f(self.ignore_thresh), f(self.truth_thresh), f(self.iou_thresh),
+            self.iou_thresh_kind, f(self.iou_normalizer), f(self.obj_normalizer),
+            f(self.cls_normalizer), self.iou_loss, f(self.max_delta), self.max_delta != FLT_MAX,
+            bool(self.new_coords), bool(self.objectness_smooth), bool(self.focal_loss),
+            f(self.label_smooth_eps))
+        forward_yolo_ab_loss(self.output, self.delta, truth, self.biases, self.mask, self.batch,
+                             sizes, p, self.classes_multipliers, self.map, stats)
         self._summarise(stats, net.index)
 
     def _summarise(self, stats, index):
