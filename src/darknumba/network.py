@@ -145,7 +145,7 @@ class Network:
     def output_layer(self):
         """get_network_output_layer: the last layer that is not a [cost] layer."""
         for l in reversed(self.layers):
-            if l.type != "cost":
+            if not l.is_cost_layer:
                 return l
         return self.layers[-1]
 

@@ -110,6 +110,10 @@ class Layer:
     # reset_state() and sublayers()
     recurrent = False
     temperature = None            # softmax: inputs divided by it (test_char_rnn sets it)
+    # its training forward draws random numbers ([dropout], [crop], [detection])
+    draws_random = False
+    # [cost]: get_network_output_layer passes over it
+    is_cost_layer = False
 
     batch = h = w = c = 0
     out_h = out_w = out_c = 0
@@ -187,6 +191,10 @@ class Layer:
     def weight_records(self) -> list[tuple[str, np.ndarray]]:
         """(name, array) pairs in .weights file order; empty for layers without parameters."""
         return []
+
+    def forward_path(self, net) -> str:
+        """How its forward pass computes (a convolution's ConvPath); empty for the rest."""
+        return ""
 
     def sublayers(self) -> list:
         """The layers a composite layer runs, in .weights order (empty for the rest)."""

@@ -12,6 +12,7 @@ SECRET_NUM = np.float32(-1234)
 
 class CostLayer(Layer):
     type = "cost"
+    is_cost_layer = True
 
     def __init__(self, batch, inputs, cost_type="sse", scale=1.0):
         self.batch, self.inputs, self.outputs = batch, inputs, inputs

@@ -14,6 +14,7 @@ from .base import Layer, require_image_input
 
 class CropLayer(Layer):
     type = "crop"
+    draws_random = True
 
     def __init__(self, batch, h, w, c, crop_height, crop_width, flip=False, noadjust=False,
                  seed=0):

@@ -20,7 +20,7 @@ from .base import Layer
 
 class DetectionLayer(Layer):
     type = "detection"
-    makes_detections = True
+    makes_detections = draws_random = True
 
     def __init__(self, batch, inputs, n, side, classes, coords, rescore=0, seed=0):
         self.batch, self.inputs, self.outputs = batch, inputs, inputs

@@ -9,6 +9,7 @@ from .memory import zeros
 
 class DropoutLayer(Layer):
     type = "dropout"
+    draws_random = True
 
     def __init__(self, batch, inputs, probability, prev):
         self.batch, self.inputs, self.outputs = batch, inputs, inputs

@@ -47,7 +47,6 @@ from .step import TrainingStopped, find_nonfinite_layer, train_iteration
 GRADIENTS = (("weights", "weight_updates"), ("biases", "bias_updates"),
              ("scales", "scale_updates"))
 LOSS, NONFINITE, STOP = range(3)            # the fused buffer's last slots
-RANDOM_LAYERS = ("dropout", "crop", "detection")
 
 
 class OneProcess:
@@ -179,7 +178,7 @@ class DataParallel:
                 l.bn_sync = sync
         self._fuse(net)
         self.check_same(net, "at the start")
-        randoms = [f"{i} [{l.type}]" for i, l in enumerate(net.layers) if l.type in RANDOM_LAYERS]
+        randoms = [f"{i} [{l.type}]" for i, l in enumerate(net.layers) if l.draws_random]
         if randoms:
             log(f"warning: layer(s) {', '.join(randoms)} draw random numbers in each process: "
                 f"this run matches a one-process run in distribution only", file=sys.stderr)

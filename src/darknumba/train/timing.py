@@ -34,7 +34,7 @@ def _table(net, fwd_ms, bwd_ms=None, peak=None) -> str:
     rows = [head + f" {'share':>6}"]
     for i, l in enumerate(net.layers):
         gf = l.bflops * net.batch
-        path = l.forward_path(net) if l.type == "convolutional" else ""
+        path = l.forward_path(net)
         row = f"{i:5d} {l.type:<14}{path:<12}{fwd_ms[i]:8.2f} " + _rate(gf, fwd_ms[i], peak)
         t = fwd_ms[i]
         if bwd_ms is not None:
