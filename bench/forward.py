@@ -64,6 +64,7 @@ def main():
     if args.import_numpy_first:
         import numpy  # noqa: F401
     import darknumba as dn
+    dn.configure()              # the thread policy the command and a Detector set (runtime/)
     import numpy as np
     t_import = time.perf_counter() - t0
     weights = args.weights if os.path.exists(args.weights) else None

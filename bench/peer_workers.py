@@ -54,6 +54,7 @@ def _net(job, batch):
     if job.get("import_numpy_first"):
         import numpy  # noqa: F401
     import darknumba as dn
+    dn.configure()              # the thread policy the command and a Detector set (runtime/)
     exact = {"exact": True, "winograd": False}.get(job.get("path"))
     return dn.load_network(job["cfg"], job["weights"], batch=batch, exact=exact)
 
