@@ -261,7 +261,7 @@ def _our_letterbox(image, net) -> np.ndarray:
     """What our detector feeds the network (as the shim does darknet's): pjreddie letterboxes;
     AlexeyAB resizes unless [net] letter_box=1. Loaded with the network's channels."""
     from ..vision.image import letterbox_image, load_image, resize_image
-    letterbox = net.quirks.defaults.letterbox or getattr(net, "letter_box", 0)
+    letterbox = net.quirks.defaults.letterbox or net.letter_box
     fit = letterbox_image if letterbox else resize_image
     one = fit(load_image(image, c=net.c), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)

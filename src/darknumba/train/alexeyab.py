@@ -218,7 +218,7 @@ def refuse_dynamic_minibatch(net, cfgfile):
     a cfg rather than train with other batches than asked. Without random resizing (the last
     [yolo] random=0) AlexeyAB never changes the batch either, and training goes on."""
     last = [l for l in net.layers if l.detector_head][-1]
-    if getattr(net, "dynamic_minibatch", 0) and getattr(last, "random", 0):
+    if net.dynamic_minibatch and getattr(last, "random", 0):
         raise DarknumbaError(
             f"{cfgfile}: [net] dynamic_minibatch=1 (AlexeyAB: a larger batch at each smaller "
             f"random size) is not supported: darknumba trains with the cfg's batch at every "

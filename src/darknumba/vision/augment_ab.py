@@ -49,26 +49,26 @@ class AbAugmentConfig:
         """AlexeyAB's parser turns mosaic/cutmix/mixup into one mode (mosaic wins over mixup;
         cutmix is for classifiers: load_data_detection drops it with a message, as here)."""
         for key in ("track", "contrastive"):
-            if getattr(net, key, 0):
+            if getattr(net, key):
                 raise DarknumbaError(f"{net.cfg_path}: [net] {key}=1 (AlexeyAB's "
                                      f"{'video tracking' if key == 'track' else 'contrastive'} "
                                      f"training) is not supported for detector training yet")
         last = [l for l in net.layers if l.detector_head][-1]
-        mode = int(getattr(net, "mixup", 0))
-        if getattr(net, "cutmix", 0) and not getattr(net, "mosaic", 0):
+        mode = int(net.mixup)
+        if net.cutmix and not net.mosaic:
             mode = 0
-        if getattr(net, "mosaic", 0):
+        if net.mosaic:
             mode = 3
-        if getattr(net, "cutmix", 0) and log is not None:
+        if net.cutmix and log is not None:
             log("cutmix=1 is for classifiers: detector training ignores it (as AlexeyAB's does)")
         return cls(jitter=float(getattr(last, "jitter", 0.2)),
                    resize=float(getattr(last, "resize_range", 1.0)),
                    hue=float(net.hue), saturation=float(net.saturation),
-                   exposure=float(net.exposure), flip=bool(getattr(net, "flip", 1)),
-                   blur=int(getattr(net, "blur", 0)),
-                   gaussian_noise=int(getattr(net, "gaussian_noise", 0)), mixup=mode,
-                   letter_box=bool(getattr(net, "letter_box", 0)),
-                   mosaic_bound=bool(getattr(net, "mosaic_bound", 0)),
+                   exposure=float(net.exposure), flip=bool(net.flip),
+                   blur=int(net.blur),
+                   gaussian_noise=int(net.gaussian_noise), mixup=mode,
+                   letter_box=bool(net.letter_box),
+                   mosaic_bound=bool(net.mosaic_bound),
                    max_boxes=int(getattr(last, "max_boxes", 200)),
                    truth_size=int(getattr(last, "truth_size", TRUTH_SIZE)))
 
