@@ -20,8 +20,6 @@ from ..cfg import read_cfg
 from ..errors import CfgError
 from ..inputs import MAX_CFG, read_bytes
 
-FOLDABLE = ("convolutional", "connected")
-
 
 def bn_normaliser(variance, quirks) -> np.ndarray:
     """The forward pass's d(v) per channel, in float64 from the float32 values (see the module
@@ -37,7 +35,7 @@ def folded(l, quirks, keep_identity: bool = False):
     keep_identity: for a layer that keeps its batch-norm records set to the identity
     (scales 1, mean 0, variance 1), whose forward pass still divides by d(1)."""
     ratio = np.asarray(l.scales, np.float64) / bn_normaliser(l.rolling_variance, quirks)
-    per_out = l.weights.reshape(l.n if l.type == "convolutional" else l.outputs, -1)
+    per_out = l.weights.reshape(l.out_c, -1)
     gain = ratio * (bn_normaliser([1.0], quirks)[0] if keep_identity else 1.0)
     weights = (per_out.astype(np.float64) * gain[:, None]).astype(np.float32).reshape(-1)
     biases = (np.asarray(l.biases, np.float64)
@@ -50,7 +48,7 @@ def batchnorm_layers(net):
     of [rnn], [gru], [lstm], [crnn] included (under their layer's index)."""
     for i, l in enumerate(net.layers):
         for part in (l.sublayers() or [l]):
-            if part.type in FOLDABLE and getattr(part, "batch_normalize", False):
+            if part.bn_foldable and getattr(part, "batch_normalize", False):
                 yield i, part
 
 

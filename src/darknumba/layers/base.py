@@ -114,6 +114,9 @@ class Layer:
     draws_random = False
     # [cost]: get_network_output_layer passes over it
     is_cost_layer = False
+    # output = weights . input, one row of weights per output channel, then its own batch norm
+    # ([convolutional], [connected]): export folds the batch norm into the weights
+    bn_foldable = False
 
     batch = h = w = c = 0
     out_h = out_w = out_c = 0

@@ -14,6 +14,7 @@ from .memory import zeros
 
 class ConnectedLayer(Layer):
     type = "connected"
+    bn_foldable = True
 
     def __init__(self, batch, inputs, outputs, activation, batch_normalize=False):
         self.batch, self.inputs, self.outputs = batch, inputs, outputs

@@ -51,6 +51,7 @@ def conv_weight_records(l):
 class ConvolutionalLayer(Layer):
     type = "convolutional"
     output_can_be_view = True
+    bn_foldable = True
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
     winograd_weights = None       # 36 x c x n Winograd filters, made when first needed
 
