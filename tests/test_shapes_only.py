@@ -15,7 +15,8 @@ from darknumba.errors import DarknumbaError
 
 SHAPE_FIELDS = ("batch", "h", "w", "c", "out_h", "out_w", "out_c", "inputs", "outputs")
 
-# every recurrent and less common layer type, small enough to build for real
+# every recurrent and less common layer type, small enough to build for real ([rnn] hidden= is
+# AlexeyAB's, so [crnn] takes AlexeyAB's keys too)
 MIXED = """
 [net]
 batch=2
@@ -69,8 +70,9 @@ output=8
 [lstm]
 output=8
 [crnn]
-output_filters=4
-hidden_filters=4
+output=4
+hidden=4
+pad=1
 batch_normalize=1
 [dropout]
 probability=.5

@@ -211,6 +211,15 @@ class Quirks:
     char_rnn_alexeyab: bool = False
     # `detect`/`detector test` print boxes as AlexeyAB's draw_detections_v3 does
     print_detections_v3: bool = False
+    # a batch the caller sets (--batch, batch=1 to run an image) comes with time_steps 1, as
+    # AlexeyAB's detector, demo, partial, rnn generate and load_network_custom call
+    # parse_network_cfg_custom(cfg, batch, 1); with time_steps set too, a batch below it is
+    # raised to it (parse_network_cfg_custom). pjreddie's keeps the cfg's time_steps, so a
+    # [crnn] cfg with time_steps > 1 does not build at batch 1
+    batch_sets_one_time_step: bool = False
+    # [crnn] reads AlexeyAB's keys (output, hidden, size, pad/padding, dilation, groups);
+    # pjreddie's reads output_filters and hidden_filters and always convolves 3x3 with pad 1
+    crnn_alexeyab_keys: bool = False
 
     @property
     def defaults(self) -> Defaults:
@@ -279,7 +288,8 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       weights_version=(0, 2, 5), yolo_alexeyab=True, net_ab_keys=True,
                       policy_sigmoid_sgdr=True, partial_reads_kept_layers=True,
                       train_detector_alexeyab=True, char_rnn_alexeyab=True,
-                      print_detections_v3=True,
+                      print_detections_v3=True, batch_sets_one_time_step=True,
+                      crnn_alexeyab_keys=True,
                       col2im_zeroes_delta=compat == "darknet-cpu",
                       sam_overwrites_from_delta=compat == "darknet-cpu",
                       bn_bias_not_updated=compat == "darknet-cpu",

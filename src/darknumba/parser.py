@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 
 from .cfg import Section, read_cfg
-from .dialect import Quirks, choose_dialect, quirks_for
+from .dialect import DEFAULT_QUIRKS, Quirks, choose_dialect, quirks_for
 from .errors import CfgError, CfgWarning, WeightsWarning
 from .layers import LAYER_TYPES
 from .layers import memory
@@ -25,11 +25,13 @@ def _warn_unused(s: Section):
 
 
 def parse_net_options(s: Section, net: Network, batch: int | None,
-                      time_steps: int | None = None):
+                      time_steps: int | None = None, quirks: Quirks = DEFAULT_QUIRKS):
     """parse_net_options, with the range of every number checked (Darknet takes a negative
     batch, a NaN learning rate or time_steps=0 and fails later, or never). time_steps, if
     given, replaces the cfg's (one step at a time to generate from a network trained on
-    many). The values go to net.options, a NetOptions."""
+    many); under quirks.batch_sets_one_time_step a given batch brings time_steps 1 with it
+    unless time_steps is given too, and is raised to time_steps. The values go to
+    net.options, a NetOptions."""
     net.options = o = NetOptions()
     o.batch = s.find_int("batch", 1)
     o.learning_rate = s.find_float("learning_rate", 0.001, at_least=0)
@@ -37,6 +39,8 @@ def parse_net_options(s: Section, net: Network, batch: int | None,
     o.decay = s.find_float("decay", 0.0001, at_least=0)
     subdivs = s.find_int("subdivisions", 1, at_least=1)
     o.time_steps = s.find_int("time_steps", 1, at_least=1)
+    if time_steps is None and batch is not None and quirks.batch_sets_one_time_step:
+        time_steps = 1
     if time_steps is not None:
         o.time_steps = int(time_steps)
     s.find_int("notruth", 0)
@@ -48,6 +52,8 @@ def parse_net_options(s: Section, net: Network, batch: int | None,
     if o.batch < 1:
         raise s.error("batch", f"batch / subdivisions must be at least 1 "
                                f"(batch={s.options.get('batch')}, subdivisions={subdivs})")
+    if batch is not None and quirks.batch_sets_one_time_step:
+        o.batch = max(o.batch, o.time_steps)
     o.random = s.find_int("random", 0)
     o.adam = bool(s.find_int("adam", 0))
     if o.adam:
@@ -238,7 +244,7 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     net.cfg_path = path
     net.quirks = quirks
     net.dialect_reason = reason
-    parse_net_options(first, net, batch, time_steps)
+    parse_net_options(first, net, batch, time_steps, quirks)
     if quirks.net_ab_keys:
         parse_ab_net_options(first, net)
     _warn_unused(first)

@@ -1,10 +1,12 @@
 """[yolo] (Darknet's `yolo_layer.c`). Per image the output is [anchor][4+1+classes][h][w];
 logistic is applied to x, y, objectness and classes only (w, h stay raw)."""
 import math
+import warnings
 
 import numpy as np
 
 from ..detections import Detections, letterbox_size
+from ..errors import CfgWarning
 from ..kernels.box import correct_yolo_boxes_cpu, get_yolo_detections_cpu, yolo_num_detections_cpu
 from ..kernels.yolo import (
     activate_yolo_output,
@@ -23,6 +25,16 @@ AB_YOLO_KEYS = ("scale_x_y", "new_coords", "nms_kind", "beta_nms", "max_delta", 
                 "counters_per_class", "resize", "focal_loss", "show_details", "embedding_layer",
                 "track_history_size", "sim_thresh", "dets_for_track", "dets_for_show",
                 "track_ciou_norm")
+
+
+def _warn_anchor_count(s, total, found):
+    """Both parse_yolo read what the list holds over make_yolo_layer's 0.5s: a short list
+    (AlexeyAB's cspx-p7-mish_hp.cfg has 31 values for num=16) leaves the last anchors at 0.5.
+    AlexeyAB's ignores values past num*2; pjreddie's writes them past its buffer (we drop them)."""
+    what = (f"the anchors past value {found} stay 0.5, as Darknet leaves them" if found < 2 * total
+            else f"values past {2 * total} are ignored")
+    warnings.warn(CfgWarning(f"{s.where('anchors')}: num={total} needs {2 * total} anchor "
+                             f"values, found {found}; {what}"), stacklevel=5)
 
 
 class YoloLayer(Layer):
@@ -81,8 +93,8 @@ class YoloLayer(Layer):
         anchors = s.find_list("anchors", float, None, above=0)
         if mask and any(m < 0 or m >= total for m in mask):
             raise s.error("mask", f"mask {mask} names anchors outside 0..{total - 1} (num={total})")
-        if anchors is not None and len(anchors) < 2 * total:
-            raise s.error("anchors", f"num={total} needs {2 * total} anchor values, found {len(anchors)}")
+        if anchors is not None and len(anchors) != 2 * total:
+            _warn_anchor_count(s, total, len(anchors))
         expected = n * (classes + 5)
         if params.c != expected:
             raise s.error(None, f"the layer before this yolo layer has {params.c} filters, but "
