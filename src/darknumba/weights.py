@@ -17,15 +17,9 @@ from .outputs import TEMP_PREFIX, atomic_write  # noqa: F401  (re-exported)
 
 
 def _records(net, l):
-    """A layer's records as they are read: conv honours numload and dontloadscales."""
-    recs = l.weight_records()
-    numload = getattr(l, "numload", 0)
-    if l.type == "convolutional" and numload:
-        per = l.nweights // l.n
-        recs = [(name, a[:numload * per] if name == "weights" else a[:numload]) for name, a in recs]
-    if l.type == "convolutional" and getattr(l, "dontloadscales", False):
-        recs = [r for r in recs if r[0] not in ("scales", "rolling_mean", "rolling_variance")]
-    return recs
+    """A layer's records as they are read (Layer.load_records: a convolution honours numload
+    and dontloadscales)."""
+    return l.load_records()
 
 
 def _sane_version(v) -> bool:
@@ -184,14 +178,9 @@ def load_weights(net, path, cutoff: int | None = None, partial: bool = False):
         if l.dontload:
             continue
         for name, arr in _records(net, l):
-            vals = np.frombuffer(data, dtype="<f4", count=arr.size, offset=pos)
-            if name == "weights" and l.type == "connected" and plan.transpose:
-                vals = vals.reshape(l.inputs, l.outputs).T.reshape(-1)
-            arr[:] = vals
+            arr[:] = np.frombuffer(data, dtype="<f4", count=arr.size, offset=pos)
             pos += 4 * arr.size
-        if l.type == "convolutional" and getattr(l, "flipped", 0):
-            k = l.nweights // l.n
-            l.weights[:] = l.weights.reshape(k, l.n).T.reshape(-1)
+        l.after_load(plan.transpose)
     net.seen = plan.seen
     net.weights_changed()
     return net

@@ -199,6 +199,16 @@ class Layer:
         """How its forward pass computes (a convolution's ConvPath); empty for the rest."""
         return ""
 
+    def load_records(self) -> list[tuple[str, np.ndarray]]:
+        """The records load_weights reads into, in file order: weight_records(), unless the
+        layer reads fewer of them (a convolution's numload=, dontloadscales=)."""
+        return self.weight_records()
+
+    def after_load(self, transpose: bool):
+        """load_weights has filled load_records(): a layer whose file layout differs from its
+        own turns it (a [connected] layer of a transposed file, a convolution's flipped=1).
+        transpose: the header marks the transposed layout (major or minor > 1000)."""
+
     def sublayers(self) -> list:
         """The layers a composite layer runs, in .weights order (empty for the rest)."""
         return []

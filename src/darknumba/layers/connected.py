@@ -82,6 +82,11 @@ class ConnectedLayer(Layer):
         """update_connected_layer"""
         update_params(self, a)
 
+    def after_load(self, transpose):
+        """A transposed file (see load_weights) holds the weights inputs x outputs."""
+        if transpose:
+            self.weights[:] = self.weights.reshape(self.inputs, self.outputs).T.reshape(-1)
+
     def weight_records(self):
         # Darknet stores a connected layer's batch-norm arrays *after* its weights
         recs = [("biases", self.biases), ("weights", self.weights)]

@@ -360,6 +360,25 @@ class ConvolutionalLayer(Layer):
     def weight_records(self):
         return [] if self.share_layer is not None else conv_weight_records(self)
 
+    def load_records(self):
+        """load_convolutional_weights' records: the first numload filters only; without the
+        batch-norm scales and statistics under dontloadscales."""
+        recs = self.weight_records()
+        numload = getattr(self, "numload", 0)
+        if numload:
+            per = self.nweights // self.n
+            recs = [(name, a[:numload * per] if name == "weights" else a[:numload])
+                    for name, a in recs]
+        if getattr(self, "dontloadscales", False):
+            recs = [r for r in recs if r[0] not in ("scales", "rolling_mean", "rolling_variance")]
+        return recs
+
+    def after_load(self, transpose):
+        """flipped=1: the file holds the filters transposed (transpose_matrix in the C)."""
+        if getattr(self, "flipped", 0):
+            k = self.nweights // self.n
+            self.weights[:] = self.weights.reshape(k, self.n).T.reshape(-1)
+
     @property
     def bflops(self):
         return (2.0 * self.n * self.size * self.size * self.c / self.groups
