@@ -16,6 +16,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .twins import twins
+
 LOGISTIC, RELU, RELIE, LINEAR, RAMP, TANH, PLSE, LEAKY, ELU, LOGGY, STAIR, HARDTAN, LHTAN, SELU = range(14)
 (RELU6, REVLEAKY, GELU, SWISH, MISH, HARD_MISH,
  NORM_CHAN, NORM_CHAN_SOFTMAX, NORM_CHAN_SOFTMAX_MAXVAL) = range(14, 23)
@@ -276,7 +278,7 @@ def activate_array(x, n, a):
         activate_row(x[c * CHUNK:min(n, (c + 1) * CHUNK)], a)
 
 
-@njit(parallel=True, cache=True)
+@twins(size=1)
 def gradient_array(x, n, a, delta):
     """gradient_array: delta[i] *= act'(x[i]), where x is the layer's *output*."""
     if a == LINEAR:

@@ -170,6 +170,9 @@ def activate_layer_cpu(x, n, a, batch, channels, wh_step, keep):
         activate_array(x, n, a)
 
 
+gradient_array_kernel = gradient_array.parallel      # a compiled caller calls a twin itself
+
+
 @njit(cache=True)
 def gradient_layer_cpu(y, n, a, batch, channels, wh_step, keep, delta):
     """delta *= act'(...) as AlexeyAB's backward_convolutional_layer dispatches: from the output
@@ -185,4 +188,4 @@ def gradient_layer_cpu(y, n, a, batch, channels, wh_step, keep, delta):
     elif a == NORM_CHAN_SOFTMAX or a == NORM_CHAN_SOFTMAX_MAXVAL:
         gradient_array_normalize_channels_softmax(y, n, batch, channels, wh_step, delta)
     else:
-        gradient_array(y, n, a, delta)
+        gradient_array_kernel(y, n, a, delta)

@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numba import njit, prange
 
+from .twins import twins
+
 @njit(cache=True, inline="always")
 def c_reciprocal(x):
     """1 / x with C's float semantics: 1/0 = inf (numba raises ZeroDivisionError instead).
@@ -24,20 +26,20 @@ def c_reciprocal(x):
 REDUCE = {"reassoc"}
 
 
-@njit(parallel=True, cache=True)
+@twins(size=0)
 def fill_cpu(n, alpha, x):
     for i in prange(n):
         x[i] = alpha
 
 
-@njit(parallel=True, cache=True)
+@twins(size=0)
 def copy_cpu(n, x, y):
     """y[:n] = x[:n]"""
     for i in prange(n):
         y[i] = x[i]
 
 
-@njit(parallel=True, cache=True)
+@twins(size=0)
 def axpy_cpu(n, alpha, x, y):
     """y += alpha * x"""
     a = np.float32(alpha)
@@ -45,7 +47,7 @@ def axpy_cpu(n, alpha, x, y):
         y[i] += a * x[i]
 
 
-@njit(parallel=True, cache=True)
+@twins(size=0)
 def scal_cpu(n, alpha, x):
     a = np.float32(alpha)
     for i in prange(n):
@@ -197,7 +199,7 @@ def upsample_cpu(inp, w, h, c, batch, stride, forward, scale, out):
 #    batchnorm_layer.c). Per-channel reductions run in parallel over channels, so each
 #    iteration owns the entry it writes. Darknet's backward epsilon is 1e-5 *inside* the sqrt.
 
-@njit(parallel=True, cache=True, fastmath=REDUCE)
+@twins(size=1, fastmath=REDUCE)
 def backward_bias(bias_updates, delta, batch, n, size):
     """bias_updates[i] += sum of delta[b, i, :] over the batch"""
     for i in prange(n):
@@ -275,7 +277,7 @@ def normalize_delta_cpu(x, mean, variance, mean_delta, variance_delta, batch, fi
 
 # -- update (Darknet's update_*_layer and, for adam=1, its adam_update_gpu) ---------------------
 
-@njit(parallel=True, cache=True)
+@twins(size=0)
 def sgd_update_cpu(n, rate, decay, momentum, w, updates):
     """One SGD step on n parameters, as Darknet's three BLAS calls in order:
     updates += decay * w (decay already -decay*batch); w += rate * updates; updates *= momentum."""

@@ -8,6 +8,7 @@ from numba import njit, prange
 
 from .activations import activate_row
 from .blas import c_reciprocal
+from .twins import twins
 
 CHUNK = 4096
 
@@ -41,7 +42,7 @@ def batchnorm_bias_activate(x, mean, divisor, scales, biases, batch, filters, sp
             activate_row(row, a)
 
 
-@njit(parallel=True, cache=True)
+@twins(size=0)
 def bias_activate(x, biases, batch, filters, spatial, a):
     for bf in prange(batch * filters):
         base = bf * spatial

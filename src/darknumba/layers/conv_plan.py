@@ -211,4 +211,4 @@ def forward_kernels(l, path: ConvPath) -> list:
     if path is ConvPath.DIRECT:
         return list(kernels(path))
     return list(kernels(path)) + [fused.batchnorm_bias_activate if l.batch_normalize
-                                  else fused.bias_activate]
+                                  else fused.bias_activate.pick(l.batch * l.outputs)]
