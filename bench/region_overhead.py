@@ -15,7 +15,11 @@ small classifier (cfg/shapes5-classifier.cfg, one `darknumba classifier train` b
 3. the cost of starting one region: a trivial prange kernel over 16 floats against its serial
    twin, median over blocks of calls;
 4. the estimated share: regions x cost / iteration, in wall time and in the process's CPU time
-   (the CPU a region start costs includes the team's spinning at the barrier).
+   (the CPU a region start costs includes the team's spinning at the barrier);
+5. a region start's cost amid the real work (the trivial kernel in a tight loop finds the team
+   awake and the caches warm): the iteration's saving before -> after over the regions the twins
+   removed (an upper bound: the serial twins may also run their loops faster), and the shares
+   at that cost.
 
 Each network runs before (kernels/twins.py's SERIAL_BELOW = 0: every kernel parallel, as before
 the twins) and after (its threshold), one iteration of each in turn, so one run compares them.
@@ -188,7 +192,8 @@ def main():
     print(f"{'network':<20}{'':7}{'iteration ms':>13}{'cpu ms':>8}{'par calls':>10}"
           f"{'regions':>8}{'serial':>8}{'est. ms':>8}{'share':>7}{'cpu share':>10}")
     for name in NETWORKS:
-        for threshold, m in measure(name, args.iters, thresholds).items():
+        runs = measure(name, args.iters, thresholds)
+        for threshold, m in runs.items():
             est = m["regions"] * cost
             print(f"{name:<20}{'before' if threshold == 0 else 'after':7}"
                   f"{m['iteration'] * 1e3:13.2f}{m['cpu'] * 1e3:8.2f}{m['calls']:10d}"
@@ -196,6 +201,15 @@ def main():
                   f"{est / m['iteration']:7.1%}{m['regions'] * cpu_cost / m['cpu']:10.1%}")
             if args.top:
                 print("    " + ", ".join(f"{k} {n}" for k, n in m["top"]))
+        before, after_ = runs[0], runs[after]
+        moved = before["regions"] - after_["regions"]
+        if moved > 0:
+            # what a region start costs amid the real work: the time the serial twins saved
+            in_context = (before["iteration"] - after_["iteration"]) / moved
+            print(f"{name:<20}{'':7}region start in context: {in_context * 1e6:.1f} us at most (the "
+                  f"iteration's saving over the {moved} regions the twins removed); at that "
+                  f"cost before {before['regions'] * in_context / before['iteration']:.1%}, "
+                  f"after {after_['regions'] * in_context / after_['iteration']:.1%}")
     twins.SERIAL_BELOW = after
     others = ((busy_cpu_seconds() - busy0) - (time.process_time() - own0)) / (
         time.perf_counter() - t0)

@@ -47,9 +47,11 @@ def bench_output(*extra) -> str:
 def test_bench_prints_the_share_of_the_measured_peak(peak_cache):
     out = bench_output()
     assert re.search(r"^layer type\s+path\s+fwd ms\s+GFLOPS\s+%peak\s+share$", out, re.M)
-    assert re.search(r"^\s+0 convolutional\s+\w+\s+[\d.]+\s+[\d.]+\s+[\d.]+%\s+[\d.]+%$", out, re.M)
+    assert re.search(r"^\s+0 convolutional\s+\w+\s+[\d.]+\s+[\d.]+\s+[\d.]+%\s+[\d.]+%$",
+                     out, re.M)
     assert re.search(r"effective GFLOPS, [\d.]+% of peak$", out, re.M)
-    assert re.search(r"^peak [\d.]+ GFLOPS: float32 GEMM, \d+ thread\(s\), measured now$", out, re.M)
+    assert re.search(r"^peak [\d.]+ GFLOPS: float32 GEMM, \d+ thread\(s\), measured now$",
+                     out, re.M)
 
 
 def test_the_peak_is_measured_once_then_read_from_the_cache(peak_cache):
