@@ -206,8 +206,8 @@ def main():
         if moved > 0:
             # what a region start costs amid the real work: the time the serial twins saved
             in_context = (before["iteration"] - after_["iteration"]) / moved
-            print(f"{name:<20}{'':7}region start in context: {in_context * 1e6:.1f} us at most (the "
-                  f"iteration's saving over the {moved} regions the twins removed); at that "
+            print(f"{name:<20}{'':7}region start in context: {in_context * 1e6:.1f} us at most "
+                  f"(the iteration's saving over the {moved} regions the twins removed); at that "
                   f"cost before {before['regions'] * in_context / before['iteration']:.1%}, "
                   f"after {after_['regions'] * in_context / after_['iteration']:.1%}")
     twins.SERIAL_BELOW = after
