@@ -164,13 +164,13 @@ class LossChart:
         plt.close(fig)
         atomic_write(self.path, buf.getvalue())
 
+
 def is_terminal(stream) -> bool:
     """Whether `stream` is an interactive terminal (False for files, pipes, captured output)."""
     try:
         return stream.isatty()
     except (AttributeError, ValueError):        # no isatty, or closed
         return False
-
 
 
 class Progress:
