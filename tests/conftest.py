@@ -10,7 +10,7 @@ from darknumba.parity.tensordiff import named_rows
 
 # `darknumba detect` on a cold numba cache runs numpy's forward pass and leaves a background
 # process compiling; the suite compiles in the foreground instead (no process outliving a test,
-# the same path whatever ran first). tests/test_numpy_forward.py covers the numpy first run.
+# the same path whatever ran first). tests/layers/test_numpy_forward.py covers the numpy first run.
 os.environ.setdefault("DARKNUMBA_FIRST_RUN", "compile")
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,10 +166,19 @@ def pytest_terminal_summary(terminalreporter):
             terminalreporter.line(line)
 
 
+# The tier folders in the order they run: the quick, low floors first (a kernel that fails shows
+# before the networks and commands built on it), the fuzz suite last: its driver processes reuse
+# the kernels that the other tests compiled into numba's cache.
+TIER_ORDER = ("unit", "kernels", "layers", "networks", "cli", "fuzz")
+
+
 def pytest_collection_modifyitems(items):
-    """The fuzz suite runs last: its driver processes reuse the kernels that the other tests
-    compiled into numba's cache."""
-    items.sort(key=lambda item: Path(str(item.fspath)).parent.name == "fuzz")
+    """Tests run tier by tier (TIER_ORDER), each tier's in pytest's order; a test file at tests/
+    itself runs first."""
+    def tier(item):
+        folder = Path(str(item.fspath)).parent.name
+        return TIER_ORDER.index(folder) + 1 if folder in TIER_ORDER else 0
+    items.sort(key=tier)
 
 
 # -- guard cells: a kernel's output as a view into a larger buffer whose ends hold a sentinel,

@@ -8,7 +8,7 @@ values each, hundreds of times an iteration. `@twins(size=i)` compiles the body 
 `njit(cache=True)` and `njit(parallel=True, cache=True)` (prange is range in the serial one), and
 calls the serial twin when argument i (an element count, or an array whose size counts) is below
 SERIAL_BELOW. Each prange iteration owns its writes, so both twins give the same bits
-(tests/test_twins.py).
+(tests/kernels/test_twins.py).
 
 The chooser is a Python object: compiled callers call `.parallel` (or `.serial`), whatever asks
 which dispatcher a call on n elements compiles asks `.pick(n)`, and whatever asks a kernel for its

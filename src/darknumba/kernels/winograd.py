@@ -10,8 +10,8 @@ product becomes, for each of the 36 positions k of the transformed tile, one mat
 M[:, k] = V[:, k] @ U[k], V[:, k]: tiles x c (transformed input tiles), U[k]: c x n
 (transformed filters). The caller transforms the filters (winograd_filters_cpu, once per layer:
 layers/conv_winograd.py) and runs the 36 GEMMs in BLAS; the other kernels do the input and
-output transforms. B^T and A^T are written out in _bt6 and _at6; tests/test_winograd.py holds
-the three matrices as a plain numpy reference.
+output transforms. B^T and A^T are written out in _bt6 and _at6;
+tests/kernels/test_winograd.py holds the three matrices as a plain numpy reference.
 
 The kernels are serial over a range of tile rows, without the GIL: the layer runs ranges on
 several threads (layers/conv_winograd.py). Numba's parfor passes took 1.5-3 s more to compile

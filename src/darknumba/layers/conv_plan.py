@@ -102,7 +102,7 @@ WINOGRAD_F2_BELOW = 25
 # kernel's tail block: seen on AVX2 machines, as last-digit differences in detections)
 BATCH_GEMM_MAX_N = 2048
 
-# the names above: tests/test_conv_plan.py checks that no other module defines them
+# the names above: tests/kernels/test_conv_plan.py checks that no other module defines them
 THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "WINOGRAD_MIN_TILES",
               "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS", "TRAIN_MIN_BFLOPS",
               "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "BATCH_GEMM_MAX_N")

@@ -11,7 +11,7 @@ from darknumba.net_options import NET_OPTION_NAMES, NetOptions
 from darknumba.network import Network
 from darknumba.parser import parse_network_cfg
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RECORDED = json.loads((ROOT / "tests/fixtures/net_options_before.json").read_text())["networks"]
 
 # parse_net_options' defaults (pjreddie's parser.c; the AlexeyAB keys as its parser.c reads

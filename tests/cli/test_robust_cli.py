@@ -61,9 +61,9 @@ random=0
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A small shapes dataset, a colour and a grey detector cfg with random weights."""
-    from darknumba.data.synthetic import generate_shapes
+    from tiny_data import shapes_set
     root = tmp_path_factory.mktemp("robust")
-    data = generate_shapes(root / "ds", n=12, valid_fraction=0.25, seed=3, size=(40, 56))
+    data = shapes_set(root, n=12, seed=3)
     nets = {}
     for c in (3, 1):
         cfg = root / f"c{c}.cfg"

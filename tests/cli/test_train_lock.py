@@ -110,8 +110,8 @@ def test_detector_and_classifier_training_take_the_lock(which, tmp_path, capsys)
     backup = tmp_path / "bk"
     write_lock(backup, os.getpid())
     if which == "detector":
-        from darknumba.data.synthetic import generate_shapes
-        data = generate_shapes(tmp_path / "ds", n=4, valid_fraction=0.25, seed=1, size=(40, 64))
+        from tiny_data import shapes_set
+        data = shapes_set(tmp_path, n=4, seed=1, size=(40, 64))
         cfg = ROOT / "cfg" / "shapes-tiny.cfg"
     else:
         from darknumba.data.classifier_example import make_example

@@ -99,9 +99,9 @@ def test_ema_before_2000_batches_is_the_copy_at_half_way(tmp_path):
 
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
-    from darknumba.data.synthetic import generate_shapes
+    from tiny_data import shapes_set
     root = tmp_path_factory.mktemp("abshapes")
-    data = generate_shapes(root / "ds", n=40, valid_fraction=0.25, seed=5, size=(48, 64))
+    data = shapes_set(root, n=40, seed=5, size=(48, 64))
     ab = root / "ab.data"
     ab.write_text(data.read_text() + "savelast = 2\nsaveweights = 4\n")
     cfg = root / "ab-tiny.cfg"

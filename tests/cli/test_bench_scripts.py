@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "bench"
 TINY = str(ROOT / "cfg" / "shapes-tiny.cfg")          # 96x96, two [yolo] heads, 3 classes
 HEADER = ("# command: python bench/", "# date:", "# commit:", "# cpu:", "# threads:")

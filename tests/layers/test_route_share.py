@@ -12,7 +12,7 @@ import pytest
 from darknumba.network import Network
 from darknumba.parser import parse_network_cfg
 
-CFGS = Path(__file__).resolve().parent.parent / "cfg"
+CFGS = Path(__file__).resolve().parents[2] / "cfg"
 
 
 def conv(filters, size=3, stride=1, activation="leaky", extra=""):

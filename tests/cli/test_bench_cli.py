@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from darknumba.cli import app
 
-CFG = Path(__file__).resolve().parents[1] / "cfg" / "shapes-tiny.cfg"
+CFG = Path(__file__).resolve().parents[2] / "cfg" / "shapes-tiny.cfg"
 
 
 @pytest.mark.parametrize("train", [False, True])

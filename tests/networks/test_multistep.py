@@ -7,7 +7,7 @@ tests/fixtures/multistep/NAME/ holds one run of pjreddie's C darknet (README.md 
 build, how): net.cfg, init.weights, the datum (input.f32, truth.f32), the per-datum costs
 (costs.json) and C's final.weights. test_tracks_recorded_c_run needs no C build;
 test_tracks_live_c_run runs the C side again through tests/c_train.py when DARKNET_DIR points
-at a pjreddie tree built with make. `python tests/test_multistep.py DARKNET_DIR` records the
+at a pjreddie tree built with make. `PYTHONPATH=tests python tests/networks/test_multistep.py DARKNET_DIR` records the
 fixtures from the golden runs in tests/fixtures/golden.
 
 Tolerances, with room for another BLAS on the machine running darknumba (its sums in another
@@ -29,7 +29,7 @@ from conftest import GOLDEN, weights_rows
 import darknumba as dn
 from darknumba.parity.tensordiff import named_rows, rows_report
 
-FIXTURES = Path(__file__).with_name("fixtures") / "multistep"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "multistep"
 COST_TOL = 1e-4
 WEIGHTS_TOL = 1e-4
 LIVE_WEIGHTS_TOL = 1e-3
@@ -55,7 +55,7 @@ def train(d: Path, compat, datums, out: Path):
 
 def run_c(darknet_dir: Path, d: Path, batch: int, datums: int, out: Path) -> list[float]:
     """C darknet's side, in a child process (tests/c_train.py): per-datum costs; weights to out."""
-    child = Path(__file__).with_name("c_train.py")
+    child = Path(__file__).resolve().parents[1] / "c_train.py"
     r = subprocess.run([sys.executable, child, darknet_dir / "libdarknet.so", d / "net.cfg",
                         d / "init.weights", d / "input.f32", d / "truth.f32", str(batch),
                         str(datums), out], capture_output=True, text=True, check=True)

@@ -92,10 +92,9 @@ def test_chart_is_drawn_from_the_whole_history(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
     from test_train_detector import TINY
-
-    from darknumba.data.synthetic import generate_shapes
+    from tiny_data import shapes_set
     root = tmp_path_factory.mktemp("fd-shapes")
-    data = generate_shapes(root / "ds", n=24, valid_fraction=0.25, seed=5, size=(40, 56))
+    data = shapes_set(root, n=24, seed=5)
     cfg = root / "tiny.cfg"
     cfg.write_text(TINY)
     return data, cfg

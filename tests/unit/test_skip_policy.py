@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-CONFTEST = Path(__file__).with_name("conftest.py")
+CONFTEST = Path(__file__).resolve().parents[1] / "conftest.py"
 
 
 def run_pytest(tmp_path, body: str):

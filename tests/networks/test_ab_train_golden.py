@@ -25,7 +25,7 @@ from darknumba.parity.compare import read_truth, run_darknumba
 from darknumba.parity.tensordiff import diff
 from darknumba.vision.image import resize_image
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "ab" / "yolov4-tiny-train"
 TOL = 1e-4
 LAST_MAXPOOL = 25

@@ -27,7 +27,7 @@ MPIRUN = shutil.which("mpirun") or shutil.which("mpirun", path=str(Path(sys.exec
 assert MPIRUN, "mpirun not found (MPICH's wheel brings it)"
 
 SRC = str(Path(dn.__file__).resolve().parents[1])
-CFG = Path(__file__).resolve().parents[1] / "cfg" / "shapes-tiny.cfg"
+CFG = Path(__file__).resolve().parents[2] / "cfg" / "shapes-tiny.cfg"
 ITERS = 3
 
 
@@ -45,9 +45,9 @@ def small_cfg(path, subdivisions, max_batches=ITERS):
 
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
-    from darknumba.data.synthetic import generate_shapes
+    from tiny_data import shapes_set
     root = tmp_path_factory.mktemp("mpi")
-    data = generate_shapes(root / "ds", n=40, valid_fraction=0.0, seed=6, size=(64, 80))
+    data = shapes_set(root, n=40, seed=6, size=(64, 80), valid_fraction=0.0)
     return root, data, small_cfg(root / "sub2.cfg", 2), small_cfg(root / "sub1.cfg", 1)
 
 
@@ -201,9 +201,10 @@ def test_killed_rank_stops_the_job_and_the_checkpoint_loads(shapes, tmp_path):
 def test_an_error_on_one_rank_stops_every_rank_naming_it(tmp_path):
     """An image only rank 1 draws cannot be read (--bad-data stop): rank 1 says so with the
     last checkpoint and aborts the job, rank 0 waiting in the allreduce included."""
+    from tiny_data import shapes_set
+
     from darknumba.data.datasets import get_paths, read_data_cfg
-    from darknumba.data.synthetic import generate_shapes
-    data = generate_shapes(tmp_path / "ds", n=40, valid_fraction=0.0, seed=2, size=(64, 80))
+    data = shapes_set(tmp_path, n=40, seed=2, size=(64, 80), valid_fraction=0.0)
     paths = get_paths(read_data_cfg(data).train)
     # the loader's first draw for image `pos` of batch k is the image index (seed 0)
     drawn = [{int(np.random.default_rng([0, k, pos]).integers(len(paths)))
@@ -277,7 +278,7 @@ def test_classifier_trains_on_two_ranks_as_on_one(tmp_path):
     from darknumba.data.classifier_example import make_example
     from darknumba.train.classifier import ClassifierTrainOptions, train_classifier
     data = make_example(tmp_path / "cls", n=30, seed=1)
-    text = (Path(__file__).resolve().parents[1] / "cfg" / "shapes5-classifier.cfg").read_text()
+    text = (Path(__file__).resolve().parents[2] / "cfg" / "shapes5-classifier.cfg").read_text()
     for a, b in (("batch=64", "batch=8"), ("subdivisions=1", "subdivisions=2"),
                  ("burn_in=50", "burn_in=0"), ("max_batches=600", "max_batches=2")):
         text = text.replace(a, b)

@@ -91,9 +91,9 @@ random=0
 
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
-    from darknumba.data.synthetic import generate_shapes
+    from tiny_data import shapes_set
     root = tmp_path_factory.mktemp("shapes")
-    data = generate_shapes(root / "ds", n=80, valid_fraction=0.25, seed=5, size=(40, 56))
+    data = shapes_set(root, n=80, seed=5)
     cfg = root / "tiny.cfg"
     cfg.write_text(TINY)
     return data, cfg, root

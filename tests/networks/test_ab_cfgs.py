@@ -3,7 +3,7 @@
 tests/fixtures/ab/tables-cfg/NAME.txt is the layer table AlexeyAB's parser printed for our
 cfg/NAME.cfg; tables/NAME.txt the one it printed for its own cfg/NAME.cfg. The copies must give
 AlexeyAB the very same table; a template must be its network with the head resized to its
-classes. (That darknumba builds each with that table is tests/test_ab_tables.py.)
+classes. (That darknumba builds each with that table is tests/networks/test_ab_tables.py.)
 """
 import fnmatch
 import re

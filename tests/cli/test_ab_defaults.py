@@ -274,9 +274,9 @@ def test_pjreddie_checkpoint_cadence():
 
 @pytest.fixture(scope="module")
 def shapes(tmp_path_factory):
-    from darknumba.data.synthetic import generate_shapes
+    from tiny_data import shapes_set
     root = tmp_path_factory.mktemp("abdefaults")
-    data = generate_shapes(root / "ds", n=16, valid_fraction=0.25, seed=3, size=(48, 64))
+    data = shapes_set(root, n=16, seed=3, size=(48, 64))
     cfg = root / "ab-tiny.cfg"
     cfg.write_text(ab_tiny_cfg(max_batches=101, mosaic=0, blur=None, gaussian_noise=None,
                                ema_alpha=None, burn_in=0))

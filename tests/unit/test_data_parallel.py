@@ -1,4 +1,4 @@
-"""Data-parallel training's parts, in one process (tests/test_mpi.py runs them under mpirun):
+"""Data-parallel training's parts, in one process (tests/cli/test_mpi.py runs them under mpirun):
 loaders that load any part of a batch exactly, the split batch-norm kernels and statistics
 against the whole mini-batch's, the plan of which rank trains what, and DataParallel on one
 rank against the plain training iteration (the momentum held aside, the rolling statistics
@@ -101,13 +101,13 @@ class PeerOfRankZero(Communicator):
 def test_detection_loader_loads_exactly_the_positions_asked_for(tmp_path, dialect):
     """pjreddie's loader, and AlexeyAB's with mosaic (chosen per loader-thread share)."""
     from ab_tiny import ab_tiny_cfg
+    from tiny_data import shapes_set
 
     from darknumba.data.datasets import DetectionDataset, get_paths, read_data_cfg
     from darknumba.data.loader import DetectionLoader, MultiScale
-    from darknumba.data.synthetic import generate_shapes
     from darknumba.vision.augment import AugmentConfig
     from darknumba.vision.augment_ab import AbAugmentConfig
-    data = generate_shapes(tmp_path / "ds", n=12, valid_fraction=0.0, seed=3, size=(40, 56))
+    data = shapes_set(tmp_path, n=12, seed=3, valid_fraction=0.0)
     ds = DetectionDataset(get_paths(read_data_cfg(data).train), 3)
     if dialect == "alexeyab":
         cfg = tmp_path / "ab.cfg"

@@ -3,7 +3,7 @@
 
 Each case runs a fresh interpreter without the variables this test process may already have (a
 Detector or the CLI here set them) and checks the effect on the loaded libraries, not a timing.
-tests/test_import_pure.py checks that importing darknumba alone changes none of it."""
+tests/unit/test_import_pure.py checks that importing darknumba alone changes none of it."""
 import ctypes.util
 import json
 import os

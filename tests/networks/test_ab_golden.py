@@ -16,7 +16,8 @@ from darknumba.parity.tensordiff import diff
 from darknumba.vision.box import get_network_boxes
 from darknumba.vision.box_ab import network_nms
 
-FIX = Path(__file__).parent / "fixtures" / "ab"
+ROOT = Path(__file__).resolve().parents[2]
+FIX = ROOT / "tests" / "fixtures" / "ab"
 TOL = 1e-4
 SMALL = ("ab-small-a", "ab-small-b")
 FIELDS = ("output", "mean", "variance", "rolling_mean", "rolling_variance")
@@ -142,7 +143,7 @@ def yolov4_tiny_dog():
     weights = v4tiny_weights()
     d = np.load(DOG / "data.npz")
     manifest = json.loads((DOG / "manifest.json").read_text())
-    net = dn.load_network(Path(__file__).parents[1] / "cfg" / "yolov4-tiny.cfg", weights, batch=1,
+    net = dn.load_network(ROOT / "cfg" / "yolov4-tiny.cfg", weights, batch=1,
                           exact=True)
     assert net.dialect == "alexeyab"
     net.forward(d["input"], train=False)
