@@ -76,7 +76,7 @@ def test_rnn_tiny_starts_few_parallel_regions_an_iteration(monkeypatch):
     import importlib.util
     import sys
     from pathlib import Path
-    bench = Path(__file__).resolve().parents[1] / "bench"
+    bench = Path(__file__).resolve().parents[2] / "bench"
     monkeypatch.syspath_prepend(str(bench))
     spec = importlib.util.spec_from_file_location("region_overhead", bench / "region_overhead.py")
     region_overhead = importlib.util.module_from_spec(spec)
