@@ -43,11 +43,15 @@ def mutate_npz(arrays: dict, op: str, pick: int) -> dict:
         arrays[key] = a
     elif op in ("manifest", "run"):
         name = f"{op}_json"
-        meta = json.loads(str(arrays.get(name, "{}")))
-        if meta and pick % 5:
+        try:                                # an earlier mutation may have garbled it
+            meta = json.loads(str(arrays.get(name, "{}")))
+        except ValueError:
+            meta = None
+        if isinstance(meta, dict) and meta and pick % 5:
             field = sorted(meta)[pick % len(meta)]
-            if field == "layers" and meta[field] and pick % 3:      # one layer's field
-                layer = meta[field][pick % len(meta[field])]
+            layers = meta[field] if field == "layers" and isinstance(meta[field], list) else []
+            layer = layers[pick % len(layers)] if layers else None
+            if isinstance(layer, dict) and layer and pick % 3:      # one layer's field
                 layer[sorted(layer)[pick % len(layer)]] = JSON_VALUES[pick % len(JSON_VALUES)]
             else:
                 meta[field] = JSON_VALUES[pick % len(JSON_VALUES)]
