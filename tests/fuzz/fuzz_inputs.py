@@ -32,8 +32,11 @@ def mutate_npz(arrays: dict, op: str, pick: int) -> dict:
     elif op == "object":
         arrays[key] = np.array([{"a": 1}, None], dtype=object)
     elif op == "dtype":
-        arrays[key] = arrays[key].astype([np.complex64, np.str_, np.float16, np.int8,
-                                          np.bool_][pick % 5])
+        try:                                # a text member does not convert to every kind
+            arrays[key] = arrays[key].astype([np.complex64, np.str_, np.float16, np.int8,
+                                              np.bool_][pick % 5])
+        except (ValueError, TypeError):
+            arrays[key] = np.array(b"\x00\xffnot-a-number")
     elif op == "size":
         a = arrays[key].reshape(-1)
         arrays[key] = a[:pick % max(a.size, 1)] if pick % 2 else np.concatenate([a, a[:3]])
