@@ -63,6 +63,16 @@ def test_resume_drops_rows_past_the_checkpoint_and_continues(tmp_path):
     assert h3.rows == [] and read_history(tmp_path / "net_history.csv")[0] == []
 
 
+def test_resume_refuses_a_history_that_is_not_a_regular_file(tmp_path):
+    """The history is read through the checked reader: a FIFO in its place is refused by name
+    (opening it would block the training forever)."""
+    from darknumba.errors import DataError
+    os.mkfifo(tmp_path / "net_history.csv")
+    with pytest.raises(DataError, match=r"net_history\.csv: cannot read training history.*"
+                                        r"named pipe"):
+        TrainingHistory(tmp_path, "net", 4, 100, chart=False)
+
+
 def test_disabled_history_writes_nothing(tmp_path):
     h = TrainingHistory(tmp_path, "net", 0, 100, chart=True, enabled=False)
     _fill(h, 1, 3)

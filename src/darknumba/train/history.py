@@ -21,6 +21,8 @@ import os
 import sys
 import time
 
+from ..errors import DataError
+from ..inputs import MAX_TEXT, read_bytes
 from ..outputs import atomic_write
 
 COLUMNS = ("iteration", "loss", "avg_loss", "rate", "images", "map", "seconds")
@@ -49,8 +51,10 @@ def format_row(row) -> str:
 def read_history(path) -> tuple[list[list], bool]:
     """(rows, clean) of a history file: the rows that parse, and whether every line but the
     header did (and the file ends with a newline)."""
-    with open(path, encoding="utf-8", errors="replace") as f:
-        text = f.read()
+    # checked like every user file: a history.csv that is a FIFO, a device or a huge file (one
+    # row is ~60 bytes: 1 GiB is millions of iterations) is refused by name
+    text = read_bytes(path, "training history (CSV)", DataError, MAX_TEXT).decode(
+        "utf-8", errors="replace")
     lines = text.splitlines(keepends=True)
     rows = [r for r in map(parse_row, lines) if r is not None]
     clean = (not text or text.endswith("\n")) and len(rows) == len(lines) - (
