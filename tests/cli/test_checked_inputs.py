@@ -230,3 +230,21 @@ def test_rnn_valid_reads_a_bounded_standard_input(tmp_path, capsys, monkeypatch)
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"y" * 101)))
     msg = one_line_error(capsys, "rnn", "valid", RNN_CFG, w)
     assert "standard input holds more than 100 bytes" in msg
+
+
+def test_detector_test_refuses_an_endless_stdin_line(tmp_path, capsys, monkeypatch):
+    """Paths typed on stdin are read a bounded line at a time: `< /dev/zero` is a usage error
+    (exit 2) naming stdin, not a read until memory runs out."""
+    import io
+    import sys
+
+    import darknumba.cli.detector_test as detector_test
+    from tiny_nets import write_small_detector
+    cfg, weights, names = write_small_detector(tmp_path)
+    data = tmp_path / "small.data"
+    data.write_text(f"classes=2\nnames={names}\n")
+    monkeypatch.setattr(detector_test, "MAX_PATH_LINE", 64)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"\0" * 1000)))
+    code = run(["detector", "test", str(data), str(cfg), str(weights), "-dont_show"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith("darknumba: error: stdin: a line longer than 64")

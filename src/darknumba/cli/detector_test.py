@@ -11,10 +11,15 @@ from typing import Annotated, Optional
 
 import typer
 
+from ..errors import UsageError
 from .darknet_flags import DontShow, ExtOutput, IgnoredClear, IgnoredMap
 from .common import first_run_mode, warn
 from .detect import run_detection
 from .options import DialectOption, ExactOption, not_nan
+
+# a path typed on stdin: Linux's PATH_MAX is 4096 bytes; the bound keeps an endless line
+# (`< /dev/zero`) from being read into memory
+MAX_PATH_LINE = 4096
 
 
 def detector_test(
@@ -82,9 +87,13 @@ def detector_test(
         while True:
             if jf != "-":
                 typer.echo("Enter Image Path: ", nl=False)
-            line = sys.stdin.readline()
+            # bounded: an endless line (`< /dev/zero`) is a usage error, not an exhausted memory
+            line = sys.stdin.readline(MAX_PATH_LINE + 1)
             if not line:
                 return
+            if len(line) > MAX_PATH_LINE:
+                raise UsageError(f"stdin: a line longer than {MAX_PATH_LINE} characters is not "
+                                 f"an image path (one path per line)")
             if line.strip():
                 check_outputs_not_inputs(outputs, {"the input image": line.strip()})
                 run_detection(detector, [Path(line.strip())], out=target, json_out=jf)
