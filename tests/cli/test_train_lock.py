@@ -135,3 +135,33 @@ def test_commands_that_are_not_data_parallel_refuse_mpirun(monkeypatch, capsys):
         assert _not_data_parallel(args) is None, args
     monkeypatch.setenv("PMI_SIZE", "1")
     assert _not_data_parallel(["summary", "x.cfg"]) is None
+
+
+def test_two_takeovers_of_one_stale_lock_cannot_both_succeed(tmp_path):
+    """The flock decides: while one process holds the lock (taken over from a dead holder),
+    a second acquire is refused, and the file is the first one's record."""
+    folder = tmp_path / "bk"
+    write_lock(folder, dead_pid())
+    first = BackupLock(folder).acquire(log=lambda *a, **k: None)
+    with pytest.raises(BackupFolderInUse, match=f"pid {os.getpid()}"):
+        BackupLock(folder).acquire(log=lambda *a, **k: None)
+    assert json.loads((folder / LOCK_NAME).read_text())["token"] == first.token
+    first.release()
+    assert not (folder / LOCK_NAME).exists()
+
+
+def test_a_supervisors_lock_is_handed_to_its_training(tmp_path, monkeypatch):
+    """A training started by a supervisor that holds the lock (its token in LOCK_TOKEN_VAR)
+    goes on under that lock; a foreign token is still refused; the supervisor releases."""
+    from darknumba.train.lock import LOCK_TOKEN_VAR
+    folder = tmp_path / "bk"
+    supervisor = BackupLock(folder).acquire()
+    monkeypatch.setenv(LOCK_TOKEN_VAR, "not-the-token")
+    with pytest.raises(BackupFolderInUse):
+        BackupLock(folder).acquire()
+    monkeypatch.setenv(LOCK_TOKEN_VAR, supervisor.token)
+    child = BackupLock(folder).acquire()
+    child.release()                                 # not its lock: nothing happens
+    assert (folder / LOCK_NAME).exists()
+    supervisor.release()
+    assert not (folder / LOCK_NAME).exists()
