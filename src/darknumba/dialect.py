@@ -169,6 +169,9 @@ class Quirks:
     # swish, mish and hard_mish reach it only in [activation] (output 0, gradient 0: its GPU
     # kernels lack them too), as [convolutional] and [shortcut] call their own functions
     activate_lacks_ab_cases: bool = False
+    # forward_contrastive_layer never writes the [contrastive] output (zeros); its GPU
+    # forward copies the input there
+    contrastive_output_zero: bool = False
 
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
@@ -296,6 +299,7 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       antialias_no_blur_backward=compat == "darknet-cpu",
                       implicit_not_updated=compat == "darknet-cpu",
                       activate_lacks_ab_cases=compat == "darknet-cpu",
+                      contrastive_output_zero=compat == "darknet-cpu",
                       overwrite_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,

@@ -245,10 +245,12 @@ class Network:
             return out.reshape(l.batch, l.out_c, l.out_h, l.out_w).copy()
         return out.reshape(l.batch, l.outputs).copy()
 
-    def backward(self, delta=None):
+    def backward(self, delta=None, after_layer=None):
         """backward_network. Layer 0 gets `delta` as its net.delta (Darknet's network-level
         delta): None during training, so no input gradient is computed; a float32 buffer of
-        batch*inputs receives the gradient w.r.t. the network input (added into it)."""
+        batch*inputs receives the gradient w.r.t. the network input (added into it).
+        after_layer(i), when given, is called once layer i's backward is done (data-parallel
+        training starts the allreduce of the gradients that are final from there)."""
         self.require_buffers("run backward")
         for i in range(self.n - 1, -1, -1):
             l = self.layers[i]
@@ -261,6 +263,8 @@ class Network:
                 self.input, self.delta = prev.output, prev.delta
             self.index = i
             l.backward(self)
+            if after_layer is not None:
+                after_layer(i)
 
     def update(self):
         """update_network"""

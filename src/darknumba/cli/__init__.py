@@ -10,6 +10,8 @@ One contract for every command, kept here in `run` and nowhere else:
      (typer's message), an output that is one of the inputs (errors.UsageError, one line), a
      command that is not data-parallel started by mpirun with more than one rank
   3  internal error: a bug in darknumba; one line says so and how to report it
+  75  data-parallel training: a rank stopped answering (--mpi-timeout) and the job was ended
+      (`--restarts` restarts the job on it, as on a rank that died: train/supervise.py)
   130 interrupted (Ctrl-C; training saves a checkpoint first)
 `--debug` (or DARKNUMBA_DEBUG=1) prints the traceback as well.
 """

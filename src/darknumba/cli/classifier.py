@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 import typer
 
 from .darknet_flags import DontShow, IgnoredClear
-from .options import CheckEveryOption, MpiTimeoutOption, SyncBnOption
+from .options import (BucketMbOption, CheckEveryOption, MpiTimeoutOption, OverlapOption,
+                      SyncBnOption, overlap_bytes)
 
 classifier_app = typer.Typer(rich_markup_mode=None, help="Darknet's classifier commands: train, predict, valid; "
                                   "example writes a small synthetic set.", no_args_is_help=True)
@@ -38,6 +39,8 @@ def train(data: DataArg, cfg: CfgArg,
           sync_bn: SyncBnOption = False,
           check_every: CheckEveryOption = 100,
           mpi_timeout: MpiTimeoutOption = None,
+          overlap: OverlapOption = False,
+          bucket_mb: BucketMbOption = 2.0,
 ):
     """Train a classifier (Darknet's `classifier train`): prints `iteration, epoch: loss, avg,
     rate, seconds, images` under a progress bar; writes CFG_<epoch>.weights each epoch,
@@ -55,7 +58,7 @@ def train(data: DataArg, cfg: CfgArg,
                                   compat=check_compat(compat))
     result = run_training(train_classifier, str(data), str(cfg), opts,
                           lambda m, file=None: typer.echo(m, err=file is sys.stderr), sync_bn,
-                          check_every, mpi_timeout)
+                          check_every, mpi_timeout, overlap_bytes(overlap, bucket_mb))
     if result["interrupted"]:
         raise typer.Exit(130)           # the weights are saved; the contract's Ctrl-C status
 

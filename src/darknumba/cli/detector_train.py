@@ -11,7 +11,10 @@ import typer
 from ..dialect import ALEXEYAB, PJREDDIE, defaults_for
 from .darknet_flags import DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut
 from .detector import detector_app
-from .options import CheckEveryOption, DialectOption, ExactOption, MpiTimeoutOption, SyncBnOption, not_nan
+from .options import (BucketMbOption, CheckEveryOption, DialectOption, ExactOption,
+                      MpiTimeoutOption, OverlapOption, SyncBnOption, not_nan, overlap_bytes)
+from .restarts import (HostfileOption, RanksOption, RestartsOption, ShrinkOption,
+                       supervise_training)
 
 DataArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")]
 CfgArg = Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .cfg file")]
@@ -52,6 +55,13 @@ def train(data: DataArg, cfg: CfgArg,
           sync_bn: SyncBnOption = False,
           check_every: CheckEveryOption = 100,
           mpi_timeout: MpiTimeoutOption = None,
+          overlap: OverlapOption = False,
+          bucket_mb: BucketMbOption = 2.0,
+          ranks: RanksOption = None,
+          restarts: RestartsOption = 0,
+          shrink: ShrinkOption = False,
+          hostfile: HostfileOption = None,
+          ctx: typer.Context = None,
 ):
     """Train a detector (Darknet's `detector train`): checkpoints in the backup folder, with
     <cfg>_history.csv (one row per iteration, continued on resume) and chart.png; Ctrl-C
@@ -59,7 +69,13 @@ def train(data: DataArg, cfg: CfgArg,
     checkpoint resumes at its `seen`. An AlexeyAB network trains as AlexeyAB's Darknet does:
     mosaic, letter_box, blur, gaussian_noise, mixup from [net];
     <cfg>_last/_final/_best/_ema.weights. Under `mpirun -np N` the N processes train one
-    network, sharing each iteration's mini-batches."""
+    network, sharing each iteration's mini-batches; with --ranks N (--restarts K) the command
+    runs mpirun itself and restarts the job from its last checkpoint when a rank is lost."""
+    if ranks is not None or restarts or hostfile is not None:
+        status = supervise_training(ctx, ["detector", "train"], [str(data), str(cfg)], weights,
+                                    data, cfg, backup, ranks, restarts, shrink, hostfile,
+                                    sync_bn, _log)
+        raise typer.Exit(status)
     from ..train.data_parallel import run_training
     from ..train.detector import Schedule, TrainOptions, train_detector
     check_policy(bad_data, "--bad-data")
@@ -75,7 +91,7 @@ def train(data: DataArg, cfg: CfgArg,
                         map_epochs=map_epochs, map_thresh=map_thresh, compat=check_compat(compat),
                         dialect=dialect, exact=exact)
     result = run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
-                          mpi_timeout)
+                          mpi_timeout, overlap_bytes(overlap, bucket_mb))
     if result["interrupted"]:
         raise typer.Exit(130)           # the checkpoint is saved; the contract's Ctrl-C status
 

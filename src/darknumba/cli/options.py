@@ -26,6 +26,28 @@ DialectOption = Annotated[Optional[str], typer.Option(
     help="whose Darknet the network follows: pjreddie or alexeyab (default: alexeyab when the "
          "cfg uses anything only AlexeyAB's Darknet reads, or the weights header is 0.2.5)")]
 
+def _check_decoder(value):
+    if value is not None and value not in ("stb", "pillow"):
+        raise typer.BadParameter(f"takes stb or pillow, not {value!r}")
+    return value
+
+
+def _check_compat(value):
+    if value is not None and value != "darknet-cpu":
+        raise typer.BadParameter(f"takes darknet-cpu, not {value!r}")
+    return value
+
+
+DecoderOption = Annotated[Optional[str], typer.Option(
+    "--decoder", callback=_check_decoder,
+    help="how JPEG files are decoded: stb (a port of the stb_image C darknet builds: its "
+         "pixels, so its percentages to the point) or pillow (libjpeg-turbo: faster, a few grey "
+         "levels off); default pillow, stb under --compat darknet-cpu", show_default=False)]
+DetectCompatOption = Annotated[Optional[str], typer.Option(
+    "--compat", callback=_check_compat,
+    help="darknet-cpu: as C darknet's CPU build (every convolution exact, JPEGs decoded by "
+         "stb)", show_default=False)]
+
 ExactOption = Annotated[Optional[bool], typer.Option(
     "--exact/--winograd", help="--exact: every convolution as im2col + GEMM, as Darknet "
     "computes it (also DARKNUMBA_EXACT=1); --winograd (the default): Winograd F(4x4,3x3) for "
@@ -44,3 +66,14 @@ CheckEveryOption = Annotated[int, typer.Option(
 MpiTimeoutOption = Annotated[Optional[float], typer.Option(
     help="under mpirun: seconds a rank waits for the others before it stops the job "
          "(default 1800: rank 0 alone writes checkpoints and measures mAP meanwhile)")]
+OverlapOption = Annotated[bool, typer.Option(
+    "--overlap/--no-overlap", help="under mpirun: start the gradient allreduce in buckets "
+                                   "during backward (last layers first) instead of after it; "
+                                   "the same sums")]
+BucketMbOption = Annotated[float, typer.Option(
+    min=0.001, help="--overlap: megabytes of gradients per bucket (each at least one layer's)")]
+
+
+def overlap_bytes(overlap: bool, bucket_mb: float) -> int:
+    """data_parallel's `overlap`: the bytes per bucket, 0 for no overlap."""
+    return max(4, int(bucket_mb * 2**20)) if overlap else 0

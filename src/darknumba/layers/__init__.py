@@ -58,6 +58,26 @@ def _ab_yolo():
     return AbYoloLayer
 
 
+class Lazy:
+    """A section only AlexeyAB's darknet has: its class loads when a cfg uses it."""
+
+    def __init__(self, load):
+        self.load = load
+
+    def from_cfg(self, s, params):
+        return self.load().from_cfg(s, params)
+
+
+def _gaussian_yolo():
+    from .gaussian_yolo import GaussianYoloLayer
+    return GaussianYoloLayer
+
+
+def _contrastive():
+    from .contrastive import ContrastiveLayer
+    return ContrastiveLayer
+
+
 # section name (and Darknet's aliases) -> layer class with a from_cfg(section, params) builder
 LAYER_TYPES = {
     "convolutional": ConvolutionalLayer, "conv": ConvolutionalLayer,
@@ -93,6 +113,6 @@ LAYER_TYPES = {
     "scale_channels": ScaleChannelsLayer,
     "implicit": ImplicitLayer,
     "empty": EmptyLayer, "silence": EmptyLayer,
-    "gaussian_yolo": NotSupportedYet, "contrastive": NotSupportedYet,
+    "gaussian_yolo": Lazy(_gaussian_yolo), "contrastive": Lazy(_contrastive),
     "conv_lstm": NotSupportedYet, "history": NotSupportedYet,
 }

@@ -18,7 +18,8 @@ buffer carries every mini-batch's batch mean and variance (each rank fills the s
 mini-batches, the others stay 0), the loss, a count of non-finite losses and the Ctrl-C
 requests: every rank replays the rolling statistics' updates in single-process order, and all
 agree to stop at the same iteration. Every `check_every` iterations a checksum of the weights and
-rolling statistics is compared across ranks; a difference stops the job.
+rolling statistics is compared across ranks; a difference stops the job. With `overlap` the
+gradients' allreduce starts in buckets during the last mini-batch's backward (overlap.py).
 
 Layers that draw their own random numbers in forward ([dropout], [crop], [detection]) draw them
 per process, so with them a run matches one process in distribution only.
@@ -41,7 +42,9 @@ from ..layers.batchnorm import update_rolling_stats
 from ..parser import parse_network_cfg
 from .distributed import (DEFAULT_TIMEOUT, STARTUP_TIMEOUT, Communicator, SingleProcess, agreed,
                           communicator, stop_all_on_error)
+from .overlap import OverlappedAllreduce
 from .step import TrainingStopped, find_nonfinite_layer, train_iteration
+from .sync_bn import SyncBatchNorm
 
 # (parameter, its *_updates array) as Darknet names them on a layer
 GRADIENTS = (("weights", "weight_updates"), ("biases", "bias_updates"),
@@ -74,60 +77,26 @@ class OneProcess:
         return log
 
 
-def parallel_for(sync_bn=False, check_every=100, timeout=DEFAULT_TIMEOUT):
+def parallel_for(sync_bn=False, check_every=100, timeout=DEFAULT_TIMEOUT, overlap=False):
     """DataParallel over MPI when mpirun started this process as one of several ranks, else
     OneProcess."""
     comm = communicator(timeout)
-    return OneProcess() if comm.size == 1 else DataParallel(comm, sync_bn, check_every)
-
-
-class SyncBatchNorm:
-    """Batch norm over a mini-batch split into equal parts across the ranks (layers' bn_sync)."""
-
-    def __init__(self, comm: Communicator):
-        self.comm, self.ranks = comm, comm.size
-        self._bufs: dict = {}
-
-    def _buffer(self, key, shape):
-        buf = self._bufs.get((key, shape))
-        if buf is None:
-            buf = self._bufs[(key, shape)] = np.zeros(shape, np.float64)
-        return buf
-
-    def batch_stats(self, x, batch, filters, spatial, mean, variance):
-        """mean and (unbiased) variance of the whole mini-batch, from this part's values x:
-        every part's float64 moments gathered, combined in rank order with Chan's formula
-        (the same values on every rank), rounded to float32 once, as one process does."""
-        N = self.ranks
-        parts = self._buffer("stats", (N, filters, 2))
-        parts[:] = 0.0
-        channel_moments_cpu(x, batch, filters, spatial, parts[self.comm.rank])
-        self.comm.allreduce(parts, what="the synchronised batch-norm statistics")
-        count = batch * spatial
-        m, m2 = parts[0, :, 0].copy(), parts[0, :, 1].copy()
-        for r in range(1, N):           # Chan et al., the r + 1-th of N equal parts
-            delta = parts[r, :, 0] - m
-            m += delta / (r + 1)
-            m2 += parts[r, :, 1] + delta * delta * (count * r / (r + 1))
-        mean[:] = m
-        variance[:] = m2 / (N * count - 1)
-
-    def sums_buffer(self, n):
-        return self._buffer("sums", (3, n))
-
-    def add_up(self, sums):
-        self.comm.allreduce(sums, what="the synchronised batch-norm backward sums")
+    return (OneProcess() if comm.size == 1 else
+            DataParallel(comm, sync_bn, check_every, overlap))
 
 
 class DataParallel:
     """One network trained by comm.size ranks (see the module's docstring)."""
 
-    def __init__(self, comm: Communicator, sync_bn: bool = False, check_every: int = 100):
+    def __init__(self, comm: Communicator, sync_bn: bool = False, check_every: int = 100,
+                 overlap: bool | int = False):
         self.comm, self.sync_bn, self.check_every = comm, sync_bn, check_every
+        self.overlap = overlap          # becomes the OverlappedAllreduce in _fuse
         self.is_root = comm.is_root
         self.last_checkpoint = None
         self.shared_stop = False
-        self.timing = []                # (compute, allreduce) seconds of each iteration
+        self.timing = []                # (compute, allreduce, the last backward) seconds of each
+                                        # iteration
 
     # -- before training -----------------------------------------------------------------------
     def network_batch(self, cfgfile, opts=None) -> int | None:
@@ -187,7 +156,9 @@ class DataParallel:
                  f"mini-batches {self.datums[0]}..{self.datums[-1]} of {self.subdivisions}")
         log(f"data-parallel: {N} ranks ({self.comm.local_size} on this machine, "
             f"{numba.get_num_threads()} thread(s) each); each rank trains {share}; one "
-            f"allreduce of {self.nparams * 4 / 1e6:.1f} MB of gradients per iteration")
+            f"allreduce of {self.nparams * 4 / 1e6:.1f} MB of gradients per iteration"
+            + (f", in {len(self.overlap.plan)} buckets overlapping the last mini-batch's "
+               f"backward" if self.overlap else ""))
 
     def _warm_numba_cache(self, net):
         """Rank 0 of each machine runs one mini-batch forward and backward (zeros) while the
@@ -225,18 +196,28 @@ class DataParallel:
                   if getattr(l, w, None) is not None and getattr(l, u, None) is not None
                   and getattr(l, u).size]
         distinct = {id(getattr(l, u)): getattr(l, u) for l, u in arrays}
+        index = {id(l): i for i, l in enumerate(net.layers)}
+        owner: dict = {}            # array -> the first layer that has it
+        for l, u in arrays:
+            owner.setdefault(id(getattr(l, u)), index[id(l)])
+        starts = [None] * len(net.layers)    # where each layer's own arrays begin
         self.nparams = sum(a.size for a in distinct.values())
         self.stats_size = 0 if self.sync_bn else 2 * sum(l.rolling_mean.size
                                                         for l in self.bn_layers)
         self.buf = np.zeros(self.nparams + self.subdivisions * self.stats_size + 3, np.float32)
         views, off = {}, 0
         for key, a in distinct.items():
+            if starts[owner[key]] is None:
+                starts[owner[key]] = off
             views[key] = self.buf[off:off + a.size]
             views[key][:] = a
             off += a.size
         for l, u in arrays:
             setattr(l, u, views[id(getattr(l, u))])
         self.held = np.empty(self.nparams, np.float32)
+        if self.overlap:            # True: overlap.BUCKET_BYTES, else the bytes per bucket
+            self.overlap = OverlappedAllreduce(self.comm, self.buf, starts, self.nparams,
+                                               None if self.overlap is True else self.overlap)
         self.rolling0 = [] if self.sync_bn else [
             (l.rolling_mean.copy(), l.rolling_variance.copy()) for l in self.bn_layers]
 
@@ -265,10 +246,16 @@ class DataParallel:
                 v0[:] = l.rolling_variance
         seen0, iteration = net.seen, net.current_batch() + 1
         loss, bad = 0.0, None
+        over = self.overlap
         for j, d in enumerate(self.datums):
             net.seen = seen0 + (d + 1) * self.datum    # train_datum's count at this mini-batch
             net.forward(X[j * b:(j + 1) * b], train=True, truth=T[j * b:(j + 1) * b])
-            net.backward()
+            last = over and j == len(self.datums) - 1
+            if last:
+                over.begin()
+            tb = time.perf_counter()
+            net.backward(after_layer=over.after_layer if last else None)
+            backward = time.perf_counter() - tb
             if math.isfinite(net.cost):
                 loss += net.cost
             elif bad is None:
@@ -277,7 +264,11 @@ class DataParallel:
         extra[LOSS], extra[NONFINITE] = loss, bad is not None
         extra[STOP] = bool(stop is not None and stop.requested)
         t1 = time.perf_counter()
-        self.comm.allreduce(buf, what=f"the gradient allreduce of iteration {iteration}")
+        what = f"the gradient allreduce of iteration {iteration}"
+        if over:
+            over.finish(what)
+        else:
+            self.comm.allreduce(buf, what=what)
         t2 = time.perf_counter()
         net.seen = seen0 + self.subdivisions * self.datum
         if extra[NONFINITE]:
@@ -294,7 +285,7 @@ class DataParallel:
         if stop is not None:
             stop.set = bool(extra[STOP])
         net.update()
-        self.timing.append((time.perf_counter() - t2 + t1 - t0, t2 - t1))
+        self.timing.append((time.perf_counter() - t2 + t1 - t0, t2 - t1, backward))
         if self.check_every and iteration % self.check_every == 0:
             self.check_same(net, f"after iteration {iteration}")
         return float(extra[LOSS])
@@ -346,12 +337,17 @@ class DataParallel:
 
     def summary(self) -> str:
         """Mean compute and allreduce time per iteration on this rank, the first (compiling,
-        loading) left out. The allreduce time includes waiting for the slowest rank."""
-        t = np.array(self.timing[1:] or self.timing or [(0.0, 0.0)])
-        c, a = t.mean(axis=0)
+        loading) left out. The allreduce time includes waiting for the slowest rank; with
+        overlap it is the wait after backward. The last mini-batch's backward is the window
+        an overlapped allreduce has."""
+        t = np.array(self.timing[1:] or self.timing or [(0.0, 0.0, 0.0)])
+        c, a, b = t.mean(axis=0)
         return (f"data-parallel, rank {self.comm.rank} of {self.comm.size}: per iteration "
-                f"{c:.3f} s compute, {a:.3f} s allreduce ({self.buf.nbytes / 1e6:.1f} MB, "
-                f"waiting for the slowest rank included), over {len(t)} iterations")
+                f"{c:.3f} s compute, {a:.3f} s "
+                + ("waiting for the overlapped allreduce after backward" if self.overlap else
+                   "allreduce") + f" ({self.buf.nbytes / 1e6:.1f} MB, "
+                f"waiting for the slowest rank included; the last mini-batch's backward "
+                f"{b:.3f} s), over {len(t)} iterations")
 
     # -- what only rank 0 does -----------------------------------------------------------------
     def rank_options(self, opts):
@@ -375,11 +371,11 @@ class DataParallel:
 
 
 def run_training(train, datacfg, cfgfile, opts, log=print, sync_bn=False, check_every=100,
-                 timeout=None):
+                 timeout=None, overlap=False):
     """`train(datacfg, cfgfile, opts, log)` (train_detector or train_classifier) on every rank
     mpirun started, or in this process alone. An error on one rank stops all of them; an
     error every rank agrees on is raised by rank 0 alone (the others exit with status 1)."""
-    par = parallel_for(sync_bn, check_every, timeout or DEFAULT_TIMEOUT)
+    par = parallel_for(sync_bn, check_every, timeout or DEFAULT_TIMEOUT, overlap)
     opts = dataclasses.replace(par.rank_options(opts), parallel=par)
     with stop_all_on_error(par.comm, lambda: par.last_checkpoint):
         try:

@@ -139,6 +139,11 @@ def partial(cfg, weights, out, n: int, log=print, dialect: str | None = None):
     log(f"saved layers 0..{n - 1} of {cfg} to {out}")
 
 
+def backup_folder(dc, backup: str | None) -> str:
+    """Where a training writes its checkpoints: --backup, else the .data file's `backup`."""
+    return backup or dc.resolve(dc.backup) or "backup/"
+
+
 def yolo_stats_lines(net) -> list[str]:
     """Each yolo (or region) layer's `Region NN Avg IOU ...` line from its last training forward."""
     return [l.stats_line() for l in net.layers if l.detector_head and l.stats_line()]
@@ -199,7 +204,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     if not train_list:
         raise DarknumbaError(f"{datacfg}: no `train` list")
     base = os.path.splitext(os.path.basename(cfgfile))[0]
-    backup_dir = opts.backup or dc.resolve(dc.backup) or "backup/"
+    backup_dir = backup_folder(dc, opts.backup)
     lock_backup(backup_dir, log, getattr(opts.parallel, "is_root", True))    # lock.py
     os.makedirs(backup_dir, exist_ok=True)
     remove_stale_temps(backup_dir, log=lambda m: log(m, file=sys.stderr))

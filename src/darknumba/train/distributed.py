@@ -12,7 +12,8 @@ so that a second backend could be added beside MPI.
 is chosen when the process was started by mpirun / mpiexec with more than one rank
 (`communicator()`). Its collectives are non-blocking calls polled against a deadline: a rank
 that waits longer than `timeout` seconds for the others raises `CollectiveTimeout` instead of
-hanging forever; `stop_all_on_error` then ends the whole job. (A rank that dies is noticed by
+hanging forever; `stop_all_on_error` then ends the whole job (exit status RANK_LOST, which
+`--restarts` restarts: train/supervise.py). (A rank that dies is noticed by
 the launcher itself: MPICH's mpiexec ends the other ranks within a fraction of a second.)
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..runtime.launcher import launched_ranks
 DEFAULT_TIMEOUT = 1800.0    # s; covers rank 0's checkpoint writes and -map runs between collectives
 ABORT_GRACE = 0.5           # s between printing why the job stops and MPI_Abort (see abort)
 STARTUP_TIMEOUT = 3600.0    # s; the first numba compilation of a large network on rank 0
+RANK_LOST = 75              # exit status of a job ended because a rank stopped answering
 
 
 class CollectiveTimeout(DarknumbaError):
@@ -58,6 +60,17 @@ class Communicator:
         raise NotImplementedError
 
     def abort(self, code: int = 1):
+        raise NotImplementedError
+
+    # non-blocking: start_allreduce returns a request; progress drives the started ones on (and
+    # says whether all are done); wait_all waits for them as the blocking collectives wait
+    def start_allreduce(self, buf: np.ndarray):
+        raise NotImplementedError
+
+    def progress(self, requests: list) -> bool:
+        raise NotImplementedError
+
+    def wait_all(self, requests: list, what: str = "allreduce", timeout: float | None = None):
         raise NotImplementedError
 
 
@@ -92,13 +105,14 @@ class MPICommunicator(Communicator):
         local.Free()
         self.timeout = timeout
 
-    def _wait(self, request, what, timeout):
-        """Poll `request` until it completes: busy for the first millisecond (a small
-        collective is done by then), then every millisecond, until the deadline."""
+    def _wait(self, request, what, timeout, done=None):
+        """Poll `request` (or `done()`) until it completes: busy for the first millisecond (a
+        small collective is done by then), then every millisecond, until the deadline."""
         limit = self.timeout if timeout is None else timeout
         start = time.monotonic()
         spins = 0
-        while not request.Test():
+        done = done or request.Test
+        while not done():
             spins += 1
             if spins < 1000:
                 continue
@@ -118,6 +132,15 @@ class MPICommunicator(Communicator):
 
     def barrier(self, what="barrier", timeout=None):
         self._wait(self.comm.Ibarrier(), what, timeout)
+
+    def start_allreduce(self, buf):
+        return self.comm.Iallreduce(self.MPI.IN_PLACE, buf, op=self.MPI.SUM)
+
+    def progress(self, requests):
+        return self.MPI.Request.Testall(requests)
+
+    def wait_all(self, requests, what="allreduce", timeout=None):
+        self._wait(None, what, timeout, done=lambda: self.MPI.Request.Testall(requests))
 
     def abort(self, code=1):
         """Ends every rank. What this rank printed last (the reason) is flushed and given a
@@ -166,4 +189,4 @@ def stop_all_on_error(comm: Communicator, last_checkpoint=lambda: None):
         print(f"darknumba: error on rank {comm.rank} of {comm.size}: {type(e).__name__}: {e}\n"
               f"darknumba: stopping all ranks; the last checkpoint is "
               f"{last_checkpoint() or 'none (none written yet)'}", file=sys.stderr, flush=True)
-        comm.abort(1)
+        comm.abort(RANK_LOST if isinstance(e, CollectiveTimeout) else 1)

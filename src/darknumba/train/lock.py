@@ -218,9 +218,8 @@ def holds_backup_lock(train):
 
 def lock_backup(folder, log=print, root: bool = True) -> BackupLock | None:
     """Take `folder`'s training lock for the rest of the decorated training function's call
-    (root: whether this process writes the checkpoints; the other MPI ranks take none). A
-    training started by a supervisor that holds the lock for it takes none either."""
-    if not root or handed_over(folder):
+    (root: whether this process writes the checkpoints; the other MPI ranks take none)."""
+    if not root:
         return None
     lock = BackupLock(folder).acquire(log)
     held = _held.get()
@@ -230,21 +229,3 @@ def lock_backup(folder, log=print, root: bool = True) -> BackupLock | None:
     else:
         held.append(lock)
     return lock
-
-
-# A supervisor that restarts a job when a rank is lost (`--restarts`, train/supervise.py) holds
-# the lock across all its attempts and names its token in their environment: the attempt's
-# training finds the lock held with that token and uses the folder under it.
-LOCK_TOKEN_VAR = "DARKNUMBA_TRAIN_LOCK_TOKEN"
-
-
-def handed_over(folder) -> bool:
-    """Whether `folder`'s lock is held for this process by the supervisor that started it."""
-    token = os.environ.get(LOCK_TOKEN_VAR)
-    if not token:
-        return False
-    try:
-        holder, _ = BackupLock(folder)._read()
-    except BackupFolderInUse:
-        return False
-    return bool(holder) and holder.get("token") == token
