@@ -161,3 +161,22 @@ def test_result_files_voc_and_coco(tmp_path):
     expect = sorted((round(s, 6), max(x0 + 1, 1), max(y0 + 1, 1), min(x1 + 1, w), min(y1 + 1, h))
                     for _, _, s, w, h, x0, y0, x1, y1 in want)
     np.testing.assert_allclose(np.array(voc), np.array(expect), atol=1e-4)
+
+
+def test_blocked_iou_matching_equals_one_block(rng, monkeypatch):
+    """_match and recall_stats compute IoU in blocks (a diverged network's candidates against
+    many truths would otherwise be gigabytes at once): blocks of 7 entries give what one
+    block gives."""
+    import darknumba.train.evaluate as ev
+    truths = [np.column_stack([rng.uniform(0.2, 0.8, (n, 4)) * [1, 1, 0.3, 0.3],
+                               rng.integers(0, 3, n)]) for n in (5, 0, 9)]
+    near = [(i, t) for i in (0, 2) for t in truths[i]] * 20         # jittered truths
+    dets = np.array([det(i, int(t[4]), rng.uniform(0, 1), tuple(t[:4] + rng.normal(0, 0.03, 4)))
+                     for i, t in near])
+    whole = compute_map(dets, truths, 3)
+    recall_whole = recall_stats(dets[:50, 3:7], truths[2])
+    monkeypatch.setattr(ev, "IOU_BLOCK", 7)
+    blocked = compute_map(dets, truths, 3)
+    assert np.array_equal(whole.ap, blocked.ap) and whole.ap.min() > 0
+    assert whole.tp == blocked.tp > 0 and whole.fp == blocked.fp
+    assert recall_stats(dets[:50, 3:7], truths[2]) == recall_whole

@@ -110,6 +110,10 @@ def check_detections(net, got: np.ndarray, x: np.ndarray, nms: tuple | None) -> 
         for b in range(x.shape[0]):
             ref = decoded_reference(net, b)
             row = got[b].astype(np.float64)
+            if len(ref) != len(row):        # the reference keeps objectness > 0 only: a NaN
+                return (f"detections {got.shape[0]}x{got.shape[1]} rows, not compared: "  # or 0
+                        f"darknumba keeps {len(ref)} of image {b}'s {len(row)} candidates "
+                        f"(the others' objectness is 0 or NaN)")
             row[:, 5:] *= row[:, 4:5]                   # class scores -> probabilities
             scale = np.array([net.w, net.h, net.w, net.h], np.float64)
             worst = max(worst, float(np.abs(row[:, :4] / scale - ref[:, :4] / scale).max()),

@@ -41,6 +41,9 @@ from .cocoeval import CocoEval, coco_evaluate
 AB = defaults_for(ALEXEYAB)      # validate_detector_map's defaults (dialect.Defaults)
 
 
+IOU_BLOCK = 1 << 22      # IoU entries computed at once (32 MiB of float64 per temporary)
+
+
 def box_iou(a, b) -> np.ndarray:
     """IoU of centre-based boxes: a (n,4) vs b (m,4) -> (n,m); 0 where the union is empty or
     not a number (zero-area or non-finite boxes)."""
@@ -102,12 +105,16 @@ def _match(dets, truths, iou_thresh):
     for img, t in enumerate(truths):
         t = np.asarray(t, np.float64).reshape(-1, 5)
         sel = np.nonzero(dets[:, 0] == img)[0]
-        if len(sel) and len(t):
-            iou = box_iou(dets[sel, 3:7], t[:, :4])
-            iou[(dets[sel, 1][:, None] != t[None, :, 4]) | ~(iou > iou_thresh)] = -1
+        # in blocks of detections: a diverged network's hundred thousand candidates against a
+        # thousand truths would be gigabytes of IoU at once
+        step = max(1, IOU_BLOCK // max(len(t), 1))
+        for lo in range(0, len(sel) if len(t) else 0, step):
+            part = sel[lo:lo + step]
+            iou = box_iou(dets[part, 3:7], t[:, :4])
+            iou[(dets[part, 1][:, None] != t[None, :, 4]) | ~(iou > iou_thresh)] = -1
             best = iou.argmax(axis=1)
-            hit = iou[np.arange(len(sel)), best] > 0
-            keys[sel[hit]] = offset + best[hit]
+            hit = iou[np.arange(len(part)), best] > 0
+            keys[part[hit]] = offset + best[hit]
         offset += len(t)
     return keys
 
@@ -246,7 +253,9 @@ def recall_stats(proposals, truths, iou_thresh: float = 0.5):
         return 0, 0, 0.0
     if not len(proposals):
         return len(t), 0, 0.0
-    best = box_iou(t[:, :4], proposals).max(axis=1)
+    step = max(1, IOU_BLOCK // len(proposals))          # in blocks of truths (see _match)
+    best = np.concatenate([box_iou(t[lo:lo + step, :4], proposals).max(axis=1)
+                           for lo in range(0, len(t), step)])
     return len(t), int((best > iou_thresh).sum()), float(best.sum())
 
 

@@ -109,7 +109,12 @@ class VideoReader:
             raise DataError(f"{self.path} has no video stream (streams: "
                             + (", ".join(s.type for s in self.container.streams) or "none") + ")")
         stream = self.container.streams.video[0]
-        if not stream.width or not stream.height:
+        try:
+            width, height = stream.width, stream.height
+        except AttributeError:      # PyAV has no codec context for a stream it cannot decode
+            raise DataError(f"{self.path}: FFmpeg cannot decode its video stream (damaged or "
+                            f"an unknown codec)") from None
+        if not width or not height:
             raise DataError(f"{self.path}: its video stream has no frame size")
         return stream
 
