@@ -172,6 +172,9 @@ class Quirks:
     # forward_contrastive_layer never writes the [contrastive] output (zeros); its GPU
     # forward copies the input there
     contrastive_output_zero: bool = False
+    # its bit-packed xnor inference (layers/xnor.py) computes only the batch's first image, and
+    # with c % 32 != 0 packs no input bit unless the layer is 3x3 stride 1 pad 1
+    xnor_bit_path_bugs: bool = False
 
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
@@ -223,6 +226,9 @@ class Quirks:
     # [crnn] reads AlexeyAB's keys (output, hidden, size, pad/padding, dilation, groups);
     # pjreddie's reads output_filters and hidden_filters and always convolves 3x3 with pad 1
     crnn_alexeyab_keys: bool = False
+    # xnor=1: groups forced to 1 (make_convolutional_layer), and calculate_binary_weights (its
+    # detector test, demo, map, classifier predict) switches inference to the bit-packed GEMM
+    xnor_bits: bool = False
 
     @property
     def defaults(self) -> Defaults:
@@ -292,7 +298,8 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       policy_sigmoid_sgdr=True, partial_reads_kept_layers=True,
                       train_detector_alexeyab=True, char_rnn_alexeyab=True,
                       print_detections_v3=True, batch_sets_one_time_step=True,
-                      crnn_alexeyab_keys=True,
+                      crnn_alexeyab_keys=True, xnor_bits=True,
+                      xnor_bit_path_bugs=compat == "darknet-cpu",
                       col2im_zeroes_delta=compat == "darknet-cpu",
                       sam_overwrites_from_delta=compat == "darknet-cpu",
                       bn_bias_not_updated=compat == "darknet-cpu",

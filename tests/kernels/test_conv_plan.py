@@ -41,7 +41,7 @@ def test_every_path_names_its_kernels():
 
 def test_paths_are_the_names_bench_prints():
     assert [p.value for p in ConvPath] == ["direct", "winograd4x4", "winograd2x2", "1x1",
-                                            "im2col"]
+                                            "im2col", "xnorbits"]
     assert ConvPath.ONE_BY_ONE == "1x1" and f"{ConvPath.IM2COL:<8}|" == "im2col  |"
     assert str(ConvPath.WINOGRAD2X2) == "winograd2x2" and ConvPath("direct") is ConvPath.DIRECT
 

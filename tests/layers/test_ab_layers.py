@@ -259,7 +259,7 @@ def test_shared_conv_update_applies_twice_as_alexeyab(tmp_path):
 @pytest.mark.parametrize("body,key", [
     (conv(2, extra="share_index=5\n"), "share_index"),
     (conv(2, extra="assisted_excitation=1\n"), "assisted_excitation"),
-    (conv(2, extra="xnor=1\n"), "xnor"),
+    (conv(2, extra="xnor=1\ndilation=2\n"), "xnor"),
     (conv(2, extra="antialiasing=3\n"), "antialiasing"),
 ])
 def test_conv_key_errors(tmp_path, body, key):

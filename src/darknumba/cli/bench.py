@@ -28,7 +28,9 @@ def bench(cfg: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=
     from ..parser import load_network
     from ..train.peak import gemm_peak
     from ..train.timing import profile_forward, profile_train, unit_rolling_variance
+    from ..layers.xnor import calculate_binary_weights
     net = load_network(cfg, weights, batch=batch, exact=exact)
+    calculate_binary_weights(net)        # xnor layers by bits at inference, as `detect` runs them
     if weights is None:
         unit_rolling_variance(net)
     rng = np.random.default_rng(0)

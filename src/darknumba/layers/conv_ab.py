@@ -6,7 +6,7 @@ from ..kernels.im2col import col2im_cpu, col2im_cpu_ext, ext_out_size, im2col_cp
 
 # keys of AlexeyAB's [convolutional] that change what it computes, with their defaults
 NOT_SUPPORTED = {
-    "xnor": 0, "binary": 0, "bin_output": 0, "cbn": 0, "assisted_excitation": 0,
+    "cbn": 0, "assisted_excitation": 0,
     "sway": 0, "rotate": 0, "stretch": 0, "stretch_sway": 0,
     # computed by its GPU build only
     "coordconv": 0, "grad_centr": 0, "reverse": 0,

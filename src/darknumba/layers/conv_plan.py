@@ -11,6 +11,9 @@ run's compile (vision/compile_ahead.py, which compiles the kernels named by `ker
     forward_kernels(l, path) -> [...]      kernels(path) + the layer's bias / batch-norm sweep
 
 The rules, in the order plan applies them:
+  0. XNOR: an xnor=1 layer at inference once calculate_binary_weights asked for AlexeyAB's
+     bit-packed path (layers/xnor.py); in training, or before, it takes the rules below on its
+     binarised weights and input, but never Winograd;
   1. DIRECT: a thin 3x3 stride-1 convolution (direct_thin: DIRECT_MAX_K, and
      DIRECT_MAX_K_FEW_FILTERS for few filters), in training and at inference alike;
   2. WINOGRAD4X4 / WINOGRAD2X2: a large enough 3x3 stride-1 convolution, not exact, not under
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import enum
 
-from ..kernels import direct, fused, gemm, im2col, winograd
+from ..kernels import direct, fused, gemm, im2col, winograd, xnor
 from ..kernels.winograd import tiles_of
 
 
@@ -36,6 +39,7 @@ class ConvPath(str, enum.Enum):
     WINOGRAD2X2 = "winograd2x2"     # Winograd F(2x2, 3x3), inference on small maps
     ONE_BY_ONE = "1x1"              # the input is the column matrix: GEMM only
     IM2COL = "im2col"               # im2col + GEMM, as Darknet
+    XNOR = "xnorbits"               # AlexeyAB's bit-packed XNOR-popcount GEMM (layers/xnor.py)
 
     def __str__(self) -> str:
         return self.value
@@ -112,6 +116,8 @@ def plan(l, training: bool, exact: bool = False) -> ConvPath:
     """The path of convolution `l`'s forward (and backward) in training or at inference;
     `exact`: the network keeps Darknet's im2col + GEMM wherever it has no exact alternative
     (no Winograd; load_network(..., exact=True))."""
+    if getattr(l, "bits_wanted", False) and not training:
+        return ConvPath.XNOR
     if direct_thin(l):
         return ConvPath.DIRECT
     if use_winograd(l, training, exact):
@@ -139,11 +145,11 @@ def direct_1x1(l) -> bool:
 
 
 def winograd_eligible(l, train=False) -> bool:
-    """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own) large enough
-    to pay: at inference WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_CN and
+    """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own, not xnor) large
+    enough to pay: at inference WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_CN and
     WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C, TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
     if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
-            or l.share_layer is not None or l.c < WINOGRAD_MIN_C:
+            or l.share_layer is not None or l.c < WINOGRAD_MIN_C or getattr(l, "xnor", False):
         return False
     th, tw = tiles_of(l.out_h, l.out_w)
     if train:
@@ -181,6 +187,7 @@ FORWARD_KERNELS = {
                            winograd.winograd2_output_cpu),
     ConvPath.ONE_BY_ONE: (),
     ConvPath.IM2COL: (im2col.im2col_batch_cpu,),
+    ConvPath.XNOR: (xnor.pack_input_cpu, xnor.im2col_bits_cpu, xnor.xnor_gemm_cpu),
 }
 # ... and its training backward: the weight gradient (im2col + GEMM but for the direct path),
 # the input gradient (col2im, or F(4x4) Winograd with the rotated filters on both Winograd
@@ -194,6 +201,8 @@ BACKWARD_KERNELS = {
     ConvPath.WINOGRAD2X2: _WINOGRAD_BACKWARD,
     ConvPath.ONE_BY_ONE: (gemm.add_transposed,),
     ConvPath.IM2COL: (im2col.im2col_batch_cpu, gemm.add_transposed, im2col.col2im_batch_cpu),
+    # training never plans XNOR: an xnor layer's backward is the float layer's (layers/xnor.py)
+    ConvPath.XNOR: (im2col.im2col_batch_cpu, gemm.add_transposed, im2col.col2im_batch_cpu),
 }
 
 

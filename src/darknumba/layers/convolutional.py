@@ -32,6 +32,8 @@ from .activate import activate_output, epilogue_activation, get_activation, grad
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
 from .conv_plan import ConvPath, batched, direct_1x1, direct_thin, plan
 from .conv_winograd import backward_input_winograd, forward_winograd
+from .xnor import forward as forward_xnor
+from .xnor import read_xnor_keys, setup as setup_xnor, resize as resize_xnor
 from .memory import zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
@@ -54,6 +56,10 @@ class ConvolutionalLayer(Layer):
     bn_foldable = True
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
     winograd_weights = None       # 36 x c x n Winograd filters, made when first needed
+    xnor = False                  # xnor=1: binary weights and inputs (layers/xnor.py)
+    use_bin_output = False        # bin_output=1: linear on AlexeyAB's bit path
+    bits_wanted = False           # calculate_binary_weights asked for the bit path
+    bit_weights = None            # the packed filter signs, made when first needed
 
     def __init__(self, batch, h, w, c, n, groups, size, stride, padding, activation,
                  batch_normalize=False, quirks=DEFAULT_QUIRKS, dilation=1, stride_y=None):
@@ -121,6 +127,8 @@ class ConvolutionalLayer(Layer):
         require_image_input(s, params)
         bn = s.find_int("batch_normalize", 0)
         stride, stride_y, dilation, antialiasing, share = read_ab_keys(s, params, size, stride)
+        xnor, bin_output, groups = read_xnor_keys(s, params.net.quirks, groups, dilation,
+                                                  (stride, stride_y), antialiasing)
         for key, v in (("filters", n), ("size", size), ("stride", min(stride, stride_y)),
                        ("groups", groups)):
             if v < 1:
@@ -136,6 +144,8 @@ class ConvolutionalLayer(Layer):
         except ValueError as e:
             raise s.error(None, str(e)) from None
         l.flipped = s.find_int("flipped", 0)
+        if xnor:
+            setup_xnor(l, bin_output)
         if share is not None:
             share_parameters(l, share, s)
         if antialiasing:
@@ -145,10 +155,20 @@ class ConvolutionalLayer(Layer):
     def resize(self, w, h):
         self.w, self.h = w, h
         self._set_sizes()
+        if self.xnor:
+            resize_xnor(self)
 
     # -- forward ---------------------------------------------------------------------------
     def forward(self, net):
-        """forward_convolutional_layer"""
+        """forward_convolutional_layer; an xnor layer's binarises first or runs by bits
+        (layers/xnor.py)."""
+        if self.xnor:
+            forward_xnor(self, net, ConvolutionalLayer._forward_float)
+        else:
+            self._forward_float(net)
+
+    def _forward_float(self, net):
+        """forward_convolutional_layer on float weights and input."""
         m = self.n // self.groups
         k = self.size * self.size * self.c // self.groups
         n = self.out_h * self.out_w
@@ -352,9 +372,10 @@ class ConvolutionalLayer(Layer):
         self.weights_changed()
 
     def weights_changed(self):
-        """Drop what was derived from the weights (the Winograd filters, conv_winograd.py):
-        called by whatever writes them in place."""
+        """Drop what was derived from the weights (the Winograd filters, conv_winograd.py; an
+        xnor layer's packed signs): called by whatever writes them in place."""
         self.winograd_weights = None
+        self.bit_weights = None
 
     # -- weights and reporting -------------------------------------------------------------
     def weight_records(self):

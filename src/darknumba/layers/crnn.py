@@ -8,6 +8,7 @@ from .base import DEFAULT_QUIRKS, require_image_input
 from .activate import get_activation
 from .convolutional import ConvolutionalLayer
 from .rnn import RNNLayer
+from .xnor import setup as setup_xnor
 
 
 class CRNNLayer(RNNLayer):
@@ -15,7 +16,7 @@ class CRNNLayer(RNNLayer):
 
     def __init__(self, batch, h, w, c, hidden_filters, output_filters, steps, activation,
                  batch_normalize=False, quirks=DEFAULT_QUIRKS, size=3, padding=1, dilation=1,
-                 groups=1):
+                 groups=1, xnor=False):
         if batch % steps:
             raise ValueError(f"batch {batch} is not a multiple of time_steps {steps}")
         self.steps, self.batch = steps, batch // steps
@@ -33,6 +34,9 @@ class CRNNLayer(RNNLayer):
         self.input_layer = conv(c, hidden_filters)
         self.self_layer = conv(hidden_filters, hidden_filters)
         self.output_layer = conv(hidden_filters, output_filters)
+        if xnor:        # make_crnn_layer passes xnor to its convolutions (layers/xnor.py)
+            for l in (self.input_layer, self.self_layer, self.output_layer):
+                setup_xnor(l, False)
         self._init_steps()
 
     @classmethod
@@ -72,14 +76,18 @@ def _ab_conv_keys(s, h, w):
     """AlexeyAB's parse_crnn keys of the three convolutions. Its state goes back through the
     self layer, so the convolution must keep h x w: AlexeyAB builds any other shape and reads
     past its buffers; here that is an error."""
-    if s.find_int("xnor", 0):
-        raise s.error("xnor", "xnor=1 is not supported yet")
+    xnor = bool(s.find_int("xnor", 0))
     size = s.find_int("size", 3, at_least=1)
     dilation = s.find_int("dilation", 1, at_least=1)
+    if xnor and dilation > 1:
+        raise s.error("xnor", "xnor=1 with dilation is not supported (AlexeyAB's CPU build "
+                              "computes it differently in training and at inference)")
     padding = s.find_int("padding", 0, at_least=0)
     if s.find_int("pad", 0):
         padding = size // 2
     groups = s.find_int("groups", 1, at_least=1)
+    if xnor:
+        groups = 1      # make_convolutional_layer: an xnor layer has no groups
     stride = s.find_int("stride", 1, at_least=1)
     span = dilation * (size - 1) + 1
     out_h, out_w = (h + 2 * padding - span) // stride + 1, (w + 2 * padding - span) // stride + 1
@@ -87,4 +95,5 @@ def _ab_conv_keys(s, h, w):
         raise s.error(None, f"size={size} stride={stride} dilation={dilation} padding={padding} "
                             f"turns {h} x {w} into {out_h} x {out_w}: the recurrent state must "
                             f"keep its shape (e.g. size=3 pad=1 stride=1)")
-    return {"size": size, "padding": padding, "dilation": dilation, "groups": groups}
+    return {"size": size, "padding": padding, "dilation": dilation, "groups": groups,
+            "xnor": xnor}

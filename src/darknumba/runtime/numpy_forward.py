@@ -44,7 +44,8 @@ def unsupported(net) -> str | None:
         t = type(l)
         ok = False
         if t is ConvolutionalLayer:
-            ok = (not l.ext and l.share_layer is None and l.activation_id in ELEMENTWISE
+            ok = (not l.ext and l.share_layer is None and not l.xnor
+                  and l.activation_id in ELEMENTWISE
                   and not (l.size == 1 and l.stride > 1 and l._direct_1x1()))
         elif t is MaxpoolLayer:
             ok = not l.maxpool_depth

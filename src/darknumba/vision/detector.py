@@ -44,6 +44,7 @@ import numpy as np
 
 from ..detections import Detections
 from ..errors import DataError
+from ..layers.xnor import calculate_binary_weights
 from ..network import Network
 from ..parser import load_network
 from ..runtime import configure
@@ -336,6 +337,7 @@ class Detector:
             self.net = cfg
         else:
             self.net = load_network(cfg, weights, batch=batch, dialect=dialect, exact=exact)
+        calculate_binary_weights(self.net)  # AlexeyAB's xnor layers by bits, as its test_detector
         self.classes = detection_layers(self.net)[-1].classes
         cfg_path = self.net.cfg_path
         self.names = class_names(names, Path(cfg_path) if cfg_path else None, self.classes,
