@@ -197,3 +197,24 @@ def test_forward_prints_its_header_and_rate():
     out = run("forward.py", "--cfg", TINY, "--weights", "none", "--reps", "2", timeout=600)
     assert_header(out)
     assert re.search(r"steady state\s+[\d.]+ ms/image median", out), out
+
+
+@pytest.mark.slow
+def test_kernel_loads_times_every_cache_load(tmp_path):
+    """bench/kernel_loads.py: one row per kernel loaded from the cache, parallel ones marked,
+    times positive, the totals add the rows."""
+    import darknumba as dn
+    weights = tmp_path / "tiny.weights"
+    dn.save_weights(dn.load_network(TINY), weights)
+    out = run("kernel_loads.py", "--cfg", TINY, "--weights", weights, "--runs", "1",
+              "--top", "100")
+    assert_header(out)
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("kernel ")) + 1
+    rows = [ln.split() for ln in lines[start:] if ln.startswith("darknumba.kernels.")]
+    assert len(rows) >= 5 and all(float(r[-1]) > 0 for r in rows), out
+    par = [r for r in rows if r[1] == "yes"]
+    assert par and len(par) < len(rows), out            # both kinds are loaded by detect
+    m = re.search(r"parallel kernels: (\d+), (\d+) ms", out)
+    assert m and int(m.group(1)) == len(par), out
+    assert abs(int(m.group(2)) - sum(float(r[-1]) for r in par)) <= 1 + 0.01 * int(m.group(2))
