@@ -231,6 +231,13 @@ class Quirks:
     xnor_bits: bool = False
 
     @property
+    def stb_jpeg(self) -> bool:
+        """JPEG files are decoded by the stb_image port (vision/stb_jpeg.py: the C builds'
+        decoder, their pixels to the byte) rather than Pillow's libjpeg-turbo, which rounds
+        differently: under compat="darknet-cpu", either dialect."""
+        return self.compat == "darknet-cpu"
+
+    @property
     def defaults(self) -> Defaults:
         """The dialect's command defaults (thresholds, letterbox, checkpoint cadence)."""
         return DEFAULTS[self.dialect]

@@ -2,9 +2,11 @@
 commands do: the threshold `detect` and `detector test` apply, resize or letterbox (the input
 tensor the Detector builds), nms and hier, -ext_output off, the checkpoint and -map cadences,
 EMA, valid/map/recall; and `detector test` on yolov4-tiny against AlexeyAB's recorded print-outs
-(tests/fixtures/ab/yolov4-tiny-detect/detector_test_stdout*/), within the JPEG decoders'
-tolerance: the same class lines in the same order, percentages within 1 point, -ext_output
-coordinates within 2 pixels.
+(tests/fixtures/ab/yolov4-tiny-detect/detector_test_stdout*/): with `--decoder stb` (the JPEG
+decoder AlexeyAB builds, ported: vision/stb_jpeg.py) or on AB's own decoded pixels, the very
+lines AlexeyAB printed; with Pillow's decoder (libjpeg-turbo) within its tolerance: the same
+class lines in the same order, percentages within 1 point, -ext_output coordinates within 2
+pixels.
 
 The dog photo runs in a bare clone: tests/fixtures/ab/yolov4-tiny-train holds AB's decoded
 pixels of dog.jpg (stb), fed here as a lossless PNG. The other photos are read in place
@@ -36,7 +38,7 @@ V4TINY = ROOT / "cfg" / "yolov4-tiny.cfg"
 V3TINY = ROOT / "cfg" / "yolov3-tiny.cfg"
 PHOTOS = ["dog", "eagle", "giraffe", "horses", "kite", "person"]
 VARIANTS = {"detector_test_stdout": [], "detector_test_stdout_letterbox": ["-letter_box"]}
-PCT_TOL, PX_TOL = 1, 2          # percentage points; pixels of -ext_output's left/top/w/h
+PCT_TOL, PX_TOL = 1, 2          # Pillow's JPEG pixels: percentage points; pixels of -ext_output
 
 # `name: NN%`, with -ext_output `\t(left_x: L   top_y: T   width: W   height: H)`
 LINE = re.compile(r"^(?P<name>[^:\t]+): (?P<pct>\d+)%(?:\t\(left_x:\s*(?P<l>-?\d+)\s+"
@@ -55,17 +57,18 @@ def box_lines(text: str) -> list[tuple[str, int, tuple | None]]:
     return out
 
 
-def assert_same_printout(ours: str, recorded: str, what: str):
+def assert_same_printout(ours: str, recorded: str, what: str, pct_tol: int = 0,
+                         px_tol: int = 0):
     """The same class lines in the same order (AB's, by left edge), percentages within
-    PCT_TOL, coordinates within PX_TOL."""
+    pct_tol, coordinates within px_tol (default: AlexeyAB's lines exactly)."""
     a, b = box_lines(ours), box_lines(recorded)
     assert b, f"{what}: no box lines in the recorded print-out"
     assert [x[0] for x in a] == [x[0] for x in b], f"{what}: class lines differ\n{a}\n{b}"
     for (name, p, xy), (_, q, xy_ref) in zip(a, b):
-        assert abs(p - q) <= PCT_TOL, f"{what}: {name} {p}% against AlexeyAB's {q}%"
+        assert abs(p - q) <= pct_tol, f"{what}: {name} {p}% against AlexeyAB's {q}%"
         assert (xy is None) == (xy_ref is None), f"{what}: -ext_output coordinates differ"
         if xy is not None:
-            assert max(abs(u - v) for u, v in zip(xy, xy_ref)) <= PX_TOL, \
+            assert max(abs(u - v) for u, v in zip(xy, xy_ref)) <= px_tol, \
                 f"{what}: {name} at {xy}, AlexeyAB's {xy_ref}"
 
 
@@ -228,23 +231,27 @@ def test_detector_test_prints_what_alexeyab_printed_on_its_own_pixels(variant, d
 @pytest.mark.parametrize("photo", PHOTOS)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_detector_test_prints_what_alexeyab_printed(variant, photo, tmp_path, monkeypatch):
-    """The recorded photos decoded by Pillow (libjpeg-turbo), AB's by stb: within the
-    tolerance. The photos are read in place, never copied into the project."""
+    """The recorded photos decoded as AB decodes them (--decoder stb): AB's lines, every
+    percentage and coordinate. The photos are read in place, never copied into the project."""
     path = darknet_photo(f"{photo}.jpg")       # read in place, never copied into the tree
-    r, _ = invoke(monkeypatch, detector_test_args(path, tmp_path, "-ext_output",
-                                                  *VARIANTS[variant]), "detector_test")
+    r, _ = invoke(monkeypatch, detector_test_args(path, tmp_path, "-ext_output", "--decoder",
+                                                  "stb", *VARIANTS[variant]), "detector_test")
     assert_same_printout(r.stdout, (STDOUT / variant / f"{photo}.txt").read_text(),
                          f"{variant} {photo}")
 
 
-def test_detect_on_dog_jpg_prints_alexeyabs_boxes(tmp_path, monkeypatch):
+@pytest.mark.parametrize("flags, tol", [([], (PCT_TOL, PX_TOL)),
+                                        (["--compat", "darknet-cpu"], (0, 0))])
+def test_detect_on_dog_jpg_prints_alexeyabs_boxes(flags, tol, tmp_path, monkeypatch):
     """`darknumba detect` on dog.jpg: every box AlexeyAB's detector test printed (at .25;
-    `detect`'s .24 adds none here), the car included."""
+    `detect`'s .24 adds none here), the car included; decoded by Pillow, within its
+    tolerance; under --compat darknet-cpu (stb's pixels by default), exactly."""
     path = darknet_photo("dog.jpg")
-    r, _ = invoke(monkeypatch, ["detect", V4TINY, v4tiny_weights(), path, "-ext_output",
-                                "--out", tmp_path / "p.png"], "detect")
+    r, det = invoke(monkeypatch, ["detect", V4TINY, v4tiny_weights(), path, "-ext_output",
+                                  "--out", tmp_path / "p.png", *flags], "detect")
+    assert det.decoder == ("stb" if flags else "pillow")
     assert_same_printout(r.stdout, (STDOUT / "detector_test_stdout" / "dog.txt").read_text(),
-                         "detect dog")
+                         "detect dog", *tol)
 
 
 # -- training ----------------------------------------------------------------------------------

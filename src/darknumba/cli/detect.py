@@ -20,7 +20,7 @@ from ..errors import DarknumbaError, DataError
 from .common import (check_detect_outputs, drawing_path, first_run_mode, json_lines_to,
                      predicted_in, warn)
 from .darknet_flags import DontShow, ExtOutput
-from .options import DialectOption, ExactOption, not_nan
+from .options import DecoderOption, DetectCompatOption, DialectOption, ExactOption, not_nan
 from .video import detect_video_file, video_args
 
 DEFAULT_CFG = "cfg/yolov3-tiny.cfg"
@@ -176,6 +176,8 @@ def detect(
     dont_show: DontShow = False,
     dialect: DialectOption = None,
     exact: ExactOption = None,
+    decoder: DecoderOption = None,
+    compat: DetectCompatOption = None,
 ):
     """Detect objects as `./darknet detect` does: prints `name: NN%` per box and class, draws
     the boxes. With no arguments, runs yolov3-tiny on a sample photo. Defaults follow the
@@ -209,7 +211,7 @@ def detect(
                         nms=nms, hier=hier, names=names,
                         letterbox=True if letter_box else letterbox, dialect=dialect,
                         ext_output=ext_output, log=warn, exact=exact,
-                        first_run=first_run_mode())
+                        first_run=first_run_mode(), compat=compat, decoder=decoder)
     if thresh is None:      # the dialect's `detect` threshold, not its `detector test` one
         detector.thresh = detector.defaults.detect_thresh
     run_detection(detector, paths, out=out, json_out=json_out)

@@ -15,7 +15,7 @@ from ..errors import UsageError
 from .darknet_flags import DontShow, ExtOutput, IgnoredClear, IgnoredMap
 from .common import first_run_mode, warn
 from .detect import run_detection
-from .options import DialectOption, ExactOption, not_nan
+from .options import DecoderOption, DetectCompatOption, DialectOption, ExactOption, not_nan
 
 # a path typed on stdin: Linux's PATH_MAX is 4096 bytes; the bound keeps an endless line
 # (`< /dev/zero`) from being read into memory
@@ -56,6 +56,8 @@ def detector_test(
     clear: IgnoredClear = False,
     dialect: DialectOption = None,
     exact: ExactOption = None,
+    decoder: DecoderOption = None,
+    compat: DetectCompatOption = None,
 ):
     """Darknet's `detector test DATA CFG WEIGHTS [IMAGE] [-thresh X] [-hier X] [-out NAME]`,
     and AlexeyAB's -ext_output, -dont_show (accepted: nothing is shown), -letter_box. An
@@ -78,7 +80,8 @@ def detector_test(
     detector = Detector(cfg, weights, thresh=thresh, hier=hier, nms=nms,
                         names=names_file_of(datacfg), dialect=dialect,
                         letterbox=True if letter_box else None, ext_output=ext_output, log=warn,
-                        exact=exact, first_run=first_run_mode())
+                        exact=exact, first_run=first_run_mode(), compat=compat,
+                        decoder=decoder)
     with (atomic_output(json_out, "w") if json_out not in (None, "-")
           else contextlib.nullcontext(json_out)) as jf:
         if image is not None:

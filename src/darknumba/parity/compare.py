@@ -259,11 +259,12 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
 
 def _our_letterbox(image, net) -> np.ndarray:
     """What our detector feeds the network (as the shim does darknet's): pjreddie letterboxes;
-    AlexeyAB resizes unless [net] letter_box=1. Loaded with the network's channels."""
+    AlexeyAB resizes unless [net] letter_box=1. Loaded with the network's channels, a JPEG by
+    the stb_image port (the C build's own decoder: its pixels)."""
     from ..vision.image import letterbox_image, load_image, resize_image
     letterbox = net.quirks.defaults.letterbox or net.letter_box
     fit = letterbox_image if letterbox else resize_image
-    one = fit(load_image(image, c=net.c), net.w, net.h).reshape(-1)
+    one = fit(load_image(image, c=net.c, decoder="stb"), net.w, net.h).reshape(-1)
     return np.tile(one, net.batch)
 
 

@@ -53,7 +53,7 @@ from ..textfile import read_list, read_text
 from .box import detect, detection_layers, detection_results, format_lines
 from .box_ab import detection_results_v3, format_lines_v3
 from .draw import draw_detections, save_png
-from .image import bytes_to_image, convert_channels, image_from_pil, load_image
+from .image import DECODERS, bytes_to_image, convert_channels, image_from_pil, load_image
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
               ".pgm", ".pnm", ".tga"}
@@ -167,26 +167,27 @@ def _is_path(item) -> bool:
     return isinstance(item, (str, os.PathLike))
 
 
-def _decode(item, c: int):
+def _decode(item, c: int, decoder: str = "pillow"):
     """(image with c channels, None), or (None, message) for a file that cannot be read."""
     if not _is_path(item):
         return as_image(item, c), None
     try:
-        return load_image(item, c=c), None
+        return load_image(item, c=c, decoder=decoder), None
     except DataError as e:
         return None, str(e)
 
 
-def prefetched(items: Iterable, ahead: int, c: int = 3, meanwhile=None):
+def prefetched(items: Iterable, ahead: int, c: int = 3, meanwhile=None,
+               decoder: str = "pillow"):
     """(item, image or None, error) in order, decoded with c channels (the network's, as
-    AlexeyAB's load_image(path, 0, 0, net.c)) by a worker thread `ahead` items early (Pillow
-    releases the GIL while it decodes). `meanwhile()`, if given, runs once the first items are
-    handed to the worker and before the first is waited for (the detector's warm-up: a warm
-    `detect` decodes its photo meanwhile)."""
+    AlexeyAB's load_image(path, 0, 0, net.c)) by `decoder` (image.DECODERS) in a worker thread
+    `ahead` items early (Pillow releases the GIL while it decodes). `meanwhile()`, if given,
+    runs once the first items are handed to the worker and before the first is waited for (the
+    detector's warm-up: a warm `detect` decodes its photo meanwhile)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         queue = deque()
         for item in items:
-            queue.append((item, pool.submit(_decode, item, c)))
+            queue.append((item, pool.submit(_decode, item, c, decoder)))
             if len(queue) > ahead:
                 if meanwhile is not None:
                     meanwhile()
@@ -322,21 +323,29 @@ class Detector:
     ext_output: lines with AlexeyAB's box coordinates. An AlexeyAB network prints and orders
     its records as AlexeyAB's draw_detections_v3. `log` receives notices (default: stderr).
     exact: True runs every convolution as im2col + GEMM (as Darknet), False lets the larger 3x3
-    ones take Winograd, None: load_network's default (Winograd unless DARKNUMBA_EXACT=1)."""
+    ones take Winograd, None: load_network's default (Winograd unless DARKNUMBA_EXACT=1).
+    compat="darknet-cpu" builds the network as C darknet's CPU build computes (dialect.Quirks;
+    exact convolutions). decoder: how JPEG files are decoded, "stb" (the C builds' pixels,
+    vision/stb_jpeg.py) or "pillow" (None: stb under compat, else Pillow)."""
 
     def __init__(self, cfg, weights=None, *, batch: int = 1, thresh: float | None = 0.5,
                  nms: float | None = 0.45, hier: float | None = 0.5, names=None,
                  letterbox: bool | None = None,
                  dialect: str | None = None, ext_output: bool = False,
                  log: Callable[[str], None] | None = None, exact: bool | None = None,
-                 first_run: str = "compile"):
+                 first_run: str = "compile", compat: str | None = None,
+                 decoder: str | None = None):
+        if decoder is not None and decoder not in DECODERS:
+            raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
         if isinstance(cfg, Network):
-            if weights is not None or dialect is not None:
-                raise ValueError("weights and dialect build a network from a cfg; this one is "
-                                 "already loaded")
+            if weights is not None or dialect is not None or compat is not None:
+                raise ValueError("weights, dialect and compat build a network from a cfg; this "
+                                 "one is already loaded")
             self.net = cfg
         else:
-            self.net = load_network(cfg, weights, batch=batch, dialect=dialect, exact=exact)
+            self.net = load_network(cfg, weights, batch=batch, dialect=dialect, exact=exact,
+                                    compat=compat)
+        self.decoder = decoder or ("stb" if self.net.quirks.stb_jpeg else "pillow")
         calculate_binary_weights(self.net)  # AlexeyAB's xnor layers by bits, as its test_detector
         self.classes = detection_layers(self.net)[-1].classes
         cfg_path = self.net.cfg_path
@@ -375,7 +384,8 @@ class Detector:
         the next image."""
         batch = self.net.batch
         chunk, ready = [], 0
-        for item, im, err in prefetched(images, 2 * batch, self.net.c, meanwhile=self.warm_up):
+        for item, im, err in prefetched(images, 2 * batch, self.net.c, meanwhile=self.warm_up,
+                                        decoder=self.decoder):
             source = os.fspath(item) if _is_path(item) else None
             chunk.append(Prediction(source, im, err, self.names, self.classes, self.thresh,
                                     alexeyab=self.alexeyab, ext_output=self.ext_output))
@@ -439,7 +449,7 @@ class Detector:
         """Draw a record's boxes as Darknet does onto (a copy of) `image` (a path, array or
         Pillow image; an array's colour order given by channels, "rgb" or "bgr"): a Pillow
         image (RGB), also saved as a PNG at `path` when given."""
-        im = load_image(image, c=self.net.c) if _is_path(image) else \
+        im = load_image(image, c=self.net.c, decoder=self.decoder) if _is_path(image) else \
             as_image(_rgb(image, channels), self.net.c)
         img = draw_detections(im, labelled(record["detections"]), self.classes)
         if path is not None:

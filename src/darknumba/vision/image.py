@@ -2,12 +2,18 @@
 
 Dimension legend: c channels (3, or the network's `channels`), h rows, w columns.
 
-load_image decodes with Pillow and gives what Darknet's stb loader gives for `c` requested
+load_image decodes with Pillow (decoder="pillow", the default) or, for JPEG files, with
+vision/stb_jpeg.py (decoder="stb": a port of the stb_image both Darknets build, the same bytes as
+their `stbi_load`); either way it gives what Darknet's stb loader gives for `c` requested
 channels (AlexeyAB's load_image(path, w, h, c); load_image_color is c = 3): bytes / 255,
 whatever the file's mode. Grey, grey+alpha, RGB and RGBA files are converted as stb converts
 them (grey replicated; colour to grey as stb's (77 r + 150 g + 29 b) >> 8; alpha dropped, not
 composited, or 255 when asked for and absent); palette, CMYK, YCbCr... through RGB; 16-bit
-samples keep their high byte. EXIF orientation is not applied, as Darknet does not.
+samples keep their high byte. EXIF orientation is not applied, as Darknet does not. Pillow's
+JPEG decoder (libjpeg-turbo) upsamples chroma and rounds differently from stb: its pixels differ
+from Darknet's by a few levels, and a JPEG's grey (c = 1) is Pillow's luma of its RGB where stb
+keeps the file's Y; decoder="stb" gives Darknet's bytes (PNG and the other lossless formats
+decode alike either way).
 resize_image is Darknet's own two-pass bilinear resize (not Pillow's resampler);
 letterbox_image keeps the aspect ratio and fills 0.5.
 
@@ -25,6 +31,7 @@ import numpy as np
 from ..detections import letterbox_size
 from ..errors import DataError
 
+DECODERS = ("pillow", "stb")         # JPEG decoding: libjpeg-turbo, or our port of stb_image
 _16BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 _OPEN_LOCK = threading.Lock()       # warnings filters are process-wide: one open at a time
 
@@ -75,7 +82,32 @@ def image_from_pil(img, c: int = 3) -> np.ndarray:
     return bytes_to_image(convert_channels(_native_bytes(img), c))
 
 
-def _decode(p: Path, c: int) -> np.ndarray:
+def _decode_stb_jpeg(p: Path, c: int) -> np.ndarray | None:
+    """A JPEG file decoded by the stb_image port (vision/stb_jpeg.py); None for another format."""
+    from PIL import Image
+
+    from .stb_jpeg import JpegError, decode_jpeg, is_jpeg
+    try:
+        with open(p, "rb") as f:
+            if not is_jpeg(f.read(64)):
+                return None
+            f.seek(0)
+            data = f.read()
+    except OSError as e:
+        raise DataError(f"cannot read image {p}: {e.strerror or e}") from None
+    try:
+        return bytes_to_image(decode_jpeg(data, c, max_pixels=Image.MAX_IMAGE_PIXELS))
+    except JpegError as e:
+        raise DataError(f"cannot read image {p}: stb_image refuses this JPEG ({e})") from None
+    except MemoryError:
+        raise DataError(f"cannot read image {p}: it does not fit in memory") from None
+
+
+def _decode(p: Path, c: int, decoder: str = "pillow") -> np.ndarray:
+    if decoder == "stb":
+        im = _decode_stb_jpeg(p, c)
+        if im is not None:
+            return im
     from PIL import Image, UnidentifiedImageError
     try:
         with _OPEN_LOCK, warnings.catch_warnings():
@@ -101,10 +133,13 @@ def _decode(p: Path, c: int) -> np.ndarray:
             raise DataError(f"cannot read image {p}: {type(e).__name__}: {e}") from None
 
 
-def load_image(path, w: int = 0, h: int = 0, c: int = 3) -> np.ndarray:
+def load_image(path, w: int = 0, h: int = 0, c: int = 3, decoder: str = "pillow") -> np.ndarray:
     """load_image: (c, h, w) float32 in [0, 1] with c channels (1 grey, 2 grey+alpha, 3 RGB,
-    4 RGBA); resized with resize_image when w and h are given and differ. Raises DataError
-    naming the file when it is missing or unusable."""
+    4 RGBA); resized with resize_image when w and h are given and differ. decoder: "pillow",
+    or "stb" for JPEGs decoded to the C builds' pixels (other formats go through Pillow either
+    way). Raises DataError naming the file when it is missing or unusable."""
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
     if c not in (1, 2, 3, 4):
         raise DataError(f"cannot load {path} with {c} channels: Darknet's image loader gives "
                         f"1 (grey), 2, 3 (RGB) or 4 channels (the cfg's [net] channels)")
@@ -113,15 +148,15 @@ def load_image(path, w: int = 0, h: int = 0, c: int = 3) -> np.ndarray:
         raise DataError(f"image not found: {p}")
     if not p.is_file():
         raise DataError(f"{p} is a {'directory' if p.is_dir() else 'special file'}, not an image")
-    im = _decode(p, c)
+    im = _decode(p, c, decoder)
     if w and h and (im.shape[1] != h or im.shape[2] != w):
         im = resize_image(im, w, h)
     return im
 
 
-def load_image_color(path, w: int = 0, h: int = 0) -> np.ndarray:
+def load_image_color(path, w: int = 0, h: int = 0, decoder: str = "pillow") -> np.ndarray:
     """load_image_color: load_image with 3 channels (RGB)."""
-    return load_image(path, w, h, 3)
+    return load_image(path, w, h, 3, decoder)
 
 
 def _samples(in_n: int, out_n: int):
