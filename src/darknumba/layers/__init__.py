@@ -2,6 +2,7 @@
 from .activation import ActivationLayer
 from .avgpool import AvgpoolLayer
 from .batchnorm import BatchnormLayer
+from .caffe_batchnorm import CaffeBatchnormLayer
 from .connected import ConnectedLayer
 from .convolutional import ConvolutionalLayer
 from .cost import CostLayer
@@ -10,6 +11,7 @@ from .crop import CropLayer
 from .deconvolutional import DeconvolutionalLayer
 from .detection import DetectionLayer
 from .dropout import DropoutLayer
+from .eltwise import EltwiseLayer
 from .empty import EmptyLayer
 from .gru import GRULayer
 from .implicit import ImplicitLayer
@@ -20,6 +22,7 @@ from .logistic import LogisticLayer
 from .lstm import LSTMLayer
 from .maxpool import LocalAvgpoolLayer, MaxpoolLayer
 from .normalization import NormalizationLayer
+from .prelu import PreluLayer
 from .region import RegionLayer
 from .reorg import Reorg3dLayer, ReorgLayer
 from .rnn import RNNLayer
@@ -113,6 +116,8 @@ LAYER_TYPES = {
     "scale_channels": ScaleChannelsLayer,
     "implicit": ImplicitLayer,
     "empty": EmptyLayer, "silence": EmptyLayer,
+    # Caffe's arithmetic where Darknet has none or its own (`darknumba import caffe`)
+    "caffe_batchnorm": CaffeBatchnormLayer, "eltwise": EltwiseLayer, "prelu": PreluLayer,
     "gaussian_yolo": Lazy(_gaussian_yolo), "contrastive": Lazy(_contrastive),
     "conv_lstm": NotSupportedYet, "history": NotSupportedYet,
 }
