@@ -153,6 +153,25 @@ def test_transposed_inner_product(tmp_path):
     np.testing.assert_array_equal(outs[0], outs[1])
 
 
+def test_v1_files(tmp_path):
+    """A V1 prototxt (`layers { type: CONVOLUTION }`, the input named at the top) and a V1
+    caffemodel give the same network as the current format."""
+    rng = np.random.default_rng(4)
+    proto, blobs, shape = global_pools(rng)
+    ours, ref, _ = run_both(tmp_path / "v2", np.random.default_rng(5), proto, blobs, shape)
+    v1 = ('input: "data"\ninput_dim: 1\ninput_dim: 3\ninput_dim: 6\ninput_dim: 6\n'
+          + "".join(line.replace("layer {", "layers {", 1) for line in
+                    proto.splitlines(keepends=True)[1:]))
+    for new, old in (("CONVOLUTION", "Convolution"), ("POOLING", "Pooling"),
+                     ("ELTWISE", "Eltwise"), ("INNER_PRODUCT", "InnerProduct")):
+        v1 = v1.replace(f'type: "{old}"', f"type: {new}")
+    p, m = write_model(tmp_path, v1, blobs, stem="v1", v1=True)
+    import_caffe(p, m, tmp_path / "v1.cfg", tmp_path / "v1.weights")
+    net = dn.load_network(tmp_path / "v1.cfg", tmp_path / "v1.weights", batch=1)
+    x = np.random.default_rng(5).uniform(-1, 1, (1, *shape)).astype(np.float32)
+    np.testing.assert_array_equal(net.forward(x.ravel()).reshape(ours.shape), ours)
+
+
 def test_what_the_mapping_writes(tmp_path, rng):
     """The sections of the first two models: BatchNorm and Scale folded (no section of their
     own), activations folded into the convolutions, a [route] where a layer reads an earlier
