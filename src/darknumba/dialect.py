@@ -172,9 +172,11 @@ class Quirks:
     # forward_contrastive_layer never writes the [contrastive] output (zeros); its GPU
     # forward copies the input there
     contrastive_output_zero: bool = False
-    # its bit-packed xnor inference (layers/xnor.py) computes only the batch's first image, and
-    # with c % 32 != 0 packs no input bit unless the layer is 3x3 stride 1 pad 1
-    xnor_bit_path_bugs: bool = False
+    # xnor layers (layers/xnor.py): its bit-packed inference computes only the batch's first
+    # image, and with c % 32 != 0 packs no input bit unless the layer is 3x3 stride 1 pad 1; its
+    # float way (training, inference before calculate_binary_weights) binarises each filter
+    # over l.nweights values, past the end of the weights: no defined result, an error here
+    xnor_cpu_bugs: bool = False
 
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
@@ -306,7 +308,7 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       train_detector_alexeyab=True, char_rnn_alexeyab=True,
                       print_detections_v3=True, batch_sets_one_time_step=True,
                       crnn_alexeyab_keys=True, xnor_bits=True,
-                      xnor_bit_path_bugs=compat == "darknet-cpu",
+                      xnor_cpu_bugs=compat == "darknet-cpu",
                       col2im_zeroes_delta=compat == "darknet-cpu",
                       sam_overwrites_from_delta=compat == "darknet-cpu",
                       bn_bias_not_updated=compat == "darknet-cpu",

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from naive.xnor import binarize_weights, signs, xnor_conv_bits
 
-from darknumba.errors import CfgError
+from darknumba.errors import CfgError, DarknumbaError
 from darknumba.layers.conv_plan import ConvPath
 from darknumba.layers.xnor import calculate_binary_weights
 from darknumba.parser import parse_network_cfg
@@ -183,3 +183,15 @@ def test_alexeyab_cpu_bit_path_bugs_under_compat(tmp_path):
 def test_xnor_with_keys_alexeyab_computes_inconsistently_is_an_error(tmp_path, extra):
     with pytest.raises(CfgError, match="xnor"):
         build(tmp_path, conv(8, extra=extra))
+
+
+def test_alexeyab_cpu_float_way_has_no_defined_result_under_compat(tmp_path):
+    """AlexeyAB's CPU forward binarises over l.nweights values a filter (past the weights'
+    end): under compat="darknet-cpu" its float way is an error naming the layer; its bit way
+    runs."""
+    net, rng = build(tmp_path, conv(8, xnor=0) + conv(8), compat="darknet-cpu")
+    x = rng.normal(0, 1, net.batch * net.inputs).astype(np.float32)
+    with pytest.raises(DarknumbaError, match="layer 1: AlexeyAB's CPU build binarises"):
+        net.forward(x, train=True)
+    calculate_binary_weights(net)
+    assert np.isfinite(net.forward(x)).all()

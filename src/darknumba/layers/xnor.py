@@ -21,10 +21,18 @@ How a binary layer runs, as in the C:
       reads only signs, and leaky keeps them, so its output does not change.
   Batch norm is AlexeyAB's folded (fuse_conv_batchnorm runs first); we apply it after the
   popcount GEMM instead, the same numbers up to float32 rounding, the weights left as loaded.
-  Bugs of its CPU bit path, under compat="darknet-cpu" only (quirks.xnor_bit_path_bugs): it
+  Bugs of its CPU bit path, under compat="darknet-cpu" only (quirks.xnor_cpu_bugs): it
   computes only the batch's first image (the others get the bias and activation of 0), and
   with c % 32 != 0 it packs the input only for a 3x3 stride-1 pad-1 layer (im2col_cpu_custom_bin
   prints "is no non-optimized version" otherwise, leaving every input bit 0).
+
+AlexeyAB's CPU float way is broken: its forward_convolutional_layer calls
+binarize_weights(l.weights, l.n, l.nweights, ...), a filter size of l.nweights, so it reads and
+writes n - 1 layers' worth of floats past the weights (its CPU build crashes with SIGSEGV on
+tests/fixtures/ab/xnor/ab-xnor.cfg). darknumba binarises per filter, as its GPU build and
+pjreddie's CPU build do; under compat="darknet-cpu" with AlexeyAB's dialect that way is an
+error, having no defined result to reproduce. Its bit way is sound, and is what its detector
+runs.
 
 AlexeyAB forces groups=1 on an xnor layer (make_convolutional_layer); pjreddie's binarises each
 filter of a grouped one. Refused, with a message: xnor with dilation, unequal strides or
@@ -36,6 +44,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import DarknumbaError
 from ..kernels.activations import LINEAR
 from ..kernels.fused import bias_activate
 from ..kernels.xnor import (binarize_cpu, binarize_weights_cpu, im2col_bits_cpu, mean_arr_cpu,
@@ -84,6 +93,13 @@ def forward(l, net, forward_float):
     if l.bits_wanted and not net.train:
         forward_bits(l, net)
         return
+    if l.quirks.xnor_cpu_bugs:
+        raise DarknumbaError(
+            f"layer {net.index}: AlexeyAB's CPU build binarises an xnor layer's weights past "
+            f"their end in training and before calculate_binary_weights (binarize_weights "
+            f"over l.nweights values a filter): under compat=\"darknet-cpu\" there is no defined "
+            f"result to reproduce (without compat darknumba binarises each filter, as its GPU "
+            f"build does)")
     binarize_weights_cpu(l.weights, l.n, l.nweights // l.n, l.binary_weights)
     n = l.batch * l.inputs
     binarize_cpu(net.input, n, l.binary_input)
@@ -125,7 +141,7 @@ def forward_bits(l, net):
     nwc = words_per_pixel(l.c)
     hw, n_out = l.h * l.w, l.out_h * l.out_w
     K = l.size * l.size * l.c
-    bugs = l.quirks.xnor_bit_path_bugs
+    bugs = l.quirks.xnor_cpu_bugs
     images = 1 if bugs else l.batch
     if bugs:
         l.output[:l.batch * l.outputs] = 0.0
