@@ -23,8 +23,9 @@ def conv_blobs(rng, n, c, k, bias=True):
     return [w, rng.normal(0, 0.1, n)] if bias else [w]
 
 
-def run_both(tmp_path, rng, proto, blobs, shape, keep_bn=False):
-    """(darknumba's output, OpenCV's output, the import) for one random input."""
+def run_both(tmp_path, rng, proto, blobs, shape, keep_bn=False, onnx=False):
+    """(darknumba's output, OpenCV's output, the import) for one random input; onnx: also
+    the ONNX export of the imported network, run by onnxruntime, within TOL of darknumba."""
     tmp_path.mkdir(exist_ok=True)
     p, m = write_model(tmp_path, proto, blobs)
     res = import_caffe(p, m, tmp_path / "o.cfg", tmp_path / "o.weights", keep_bn=keep_bn)
@@ -33,8 +34,12 @@ def run_both(tmp_path, rng, proto, blobs, shape, keep_bn=False):
     cv = cv2.dnn.readNetFromCaffe(str(p), str(m))
     cv.setInput(x)
     ref = cv.forward()
-    ours = net.forward(x.ravel())
-    return ours.reshape(ref.shape), ref, res
+    ours = net.forward(x.ravel()).reshape(ref.shape).copy()
+    if onnx:
+        from darknumba.export.onnx import build_onnx, run_onnxruntime
+        (got,) = run_onnxruntime(build_onnx(net), x).values()
+        assert np.abs(got.reshape(ref.shape) - ours).max() < TOL
+    return ours, ref, res
 
 
 def convs_and_activations(rng):
@@ -134,7 +139,9 @@ def global_pools(rng, transpose=False):
 @pytest.mark.parametrize("model", [convs_and_activations, branches, global_pools])
 @pytest.mark.parametrize("keep_bn", [False, True], ids=["folded", "keep-bn"])
 def test_small_models_equal_opencv(model, keep_bn, tmp_path, rng):
-    ours, ref, res = run_both(tmp_path, rng, *model(rng), keep_bn=keep_bn)
+    """darknumba's forward pass of the import within TOL of OpenCV's of the Caffe files, and
+    the import's ONNX export within TOL of darknumba's."""
+    ours, ref, res = run_both(tmp_path, rng, *model(rng), keep_bn=keep_bn, onnx=True)
     d = float(np.abs(ours - ref).max())
     assert d < TOL, (d, [p.section for p in res.plan.layers])
     sections = {p.section for p in res.plan.layers}

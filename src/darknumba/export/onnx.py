@@ -8,6 +8,8 @@ ONNX writes differently:
   (fold.py), or kept as a BatchNormalization node (fuse_bn=False). ONNX normalises by
   sqrt(var + epsilon): AlexeyAB's sqrt(v + 1e-5) is that with epsilon = 1e-5; pjreddie's
   sqrt(v) + 1e-6 is written exactly as epsilon = 0 with var = (sqrt(v) + 1e-6)^2.
+- a dilated [convolutional] pads padding x dilation on each side, as AlexeyAB's
+  im2col_cpu_ext samples it (its output sized without the dilation: conv_ab.py).
 - [maxpool] pads Darknet's way: the window starts at -padding/2 (padding = size - 1 unless
   set), so the padding is split [padding // 2 before, padding - padding // 2 after]; cells
   outside never win, as ONNX's MaxPool treats its padding.
@@ -17,7 +19,7 @@ ONNX writes differently:
   [shortcut] is alpha * previous + beta * from, then the activation.
 - [yolo] and [region] heads: see yolo.py; NonMaxSuppression after them (nms=): nms.py.
 - [connected] is Flatten + Gemm, its output (batch, outputs, 1, 1); [avgpool] is
-  GlobalAveragePool; [softmax] (groups, temperature) a Softmax per group; [dropout] and [cost]
+  GlobalAveragePool; [local_avgpool] AveragePool without the padding's cells; [softmax] (groups, temperature) a Softmax per group; [dropout] and [cost]
   pass their input on.
 - pjreddie's tanh is (e^2x - 1) / (e^2x + 1), NaN past |x| ~ 355 where ONNX's Tanh gives +-1.
 """
@@ -88,7 +90,7 @@ def convolutional(g, l, i, ctx):
     if biases is not None:
         inputs.append(g.const(biases, "biases"))
     y = g.op("Conv", inputs, kernel_shape=[l.size, l.size], strides=[stride_y, stride_x],
-             pads=[l.pad] * 4, dilations=[dilation, dilation], group=l.groups)
+             pads=[l.pad * dilation] * 4, dilations=[dilation, dilation], group=l.groups)
     if bn and not ctx.fuse_bn:
         y = _batchnorm_node(g, l, y, ctx.net.quirks)
     return activation(g, y, l.activation, ctx.where(i))
@@ -184,6 +186,39 @@ def passthrough(g, l, i, ctx):
     return ctx.x(i)
 
 
+def local_avgpool(g, l, i, ctx):
+    """AlexeyAB's [local_avgpool]: the mean of the cells inside the map, padded as [maxpool]."""
+    p = l.pad
+    return g.op("AveragePool", [ctx.x(i)], kernel_shape=[l.size, l.size],
+                strides=[l.stride, l.stride], pads=[p // 2, p // 2, p - p // 2, p - p // 2],
+                count_include_pad=0)
+
+
+def caffe_batchnorm(g, l, i, ctx):
+    """[caffe_batchnorm] at inference: Caffe's running sums over its scale factor, its eps."""
+    f = float(l.scale_factor[0])
+    inv = 0.0 if f == 0 else 1.0 / f
+    mean, var = ((np.asarray(a, np.float64) * inv).astype(np.float32)
+                 for a in (l.mean_sum, l.variance_sum))
+    return g.op("BatchNormalization", [ctx.x(i), g.const(l.scales, "scales"),
+                                       g.const(l.biases, "biases"), g.const(mean, "mean"),
+                                       g.const(var, "var")], epsilon=l.eps)
+
+
+def eltwise(g, l, i, ctx):
+    """[eltwise]: Mul or Max of the previous layer's output and the `from` layers', in order."""
+    y = ctx.x(i)
+    for k in l.input_layers:
+        y = g.op("Mul" if l.operation == "prod" else "Max", [y, ctx.tensors[k]])
+    return y
+
+
+def prelu(g, l, i, ctx):
+    slopes = np.asarray(l.weights, np.float32)
+    return g.op("PRelu", [ctx.x(i), g.const(slopes if l.channel_shared else
+                                            slopes.reshape(-1, 1, 1), "slopes")])
+
+
 def yolo(g, l, i, ctx):
     return yolo_raw(g, l, ctx.x(i))
 
@@ -198,7 +233,9 @@ LAYER_BUILDERS = {
     "avgpool": avgpool, "upsample": upsample, "route": route, "shortcut": shortcut,
     "softmax": softmax, "dropout": passthrough, "cost": passthrough, "yolo": yolo,
     "region": region, "batchnorm": batchnorm, "activation": activation_layer,
-    "logistic": logistic,
+    "logistic": logistic, "local_avgpool": local_avgpool,
+    # the sections of a Caffe import (export/caffe/)
+    "caffe_batchnorm": caffe_batchnorm, "eltwise": eltwise, "prelu": prelu,
 }
 
 
