@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 from conftest import ROOT
 from PIL import Image
+from tiny_nets import cfg_text, conv, maxpool, section
 
 import darknumba as dn
 from darknumba.cli import run
@@ -11,51 +12,15 @@ from darknumba.train.timing import unit_rolling_variance
 
 pytestmark = pytest.mark.slow
 
-CFG = """
-[net]
-batch=4
-subdivisions=1
-width=32
-height=32
-channels={c}
-learning_rate=0.001
-burn_in=0
-max_batches={max_batches}
-policy=constant
-
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-
-[convolutional]
-filters=16
-size=3
-stride=2
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-size=1
-stride=1
-pad=1
-filters=24
-activation=linear
-
-[yolo]
-mask=0,1,2
-anchors=6,6, 10,10, 16,16
-classes=3
-num=3
-random=0
-"""
+def small_cfg(c: int, max_batches: int) -> str:
+    """A detector of c input channels: two stride-2 convolutions, a maxpool, one yolo head."""
+    return cfg_text(dict(batch=4, subdivisions=1, width=32, height=32, channels=c,
+                         learning_rate=0.001, burn_in=0, max_batches=max_batches,
+                         policy="constant"),
+                    conv(8, stride=2), conv(16, stride=2, bn=False), maxpool(),
+                    conv(24, size=1, bn=False, activation="linear"),
+                    section("yolo", mask="0,1,2", anchors="6,6, 10,10, 16,16", classes=3,
+                            num=3, random=0))
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +32,7 @@ def world(tmp_path_factory):
     nets = {}
     for c in (3, 1):
         cfg = root / f"c{c}.cfg"
-        cfg.write_text(CFG.format(c=c, max_batches=2))
+        cfg.write_text(small_cfg(c, max_batches=2))
         w = root / f"c{c}.weights"
         net = dn.load_network(cfg, batch=1)
         unit_rolling_variance(net)          # Darknet's 0 would blow test-mode outputs up to inf

@@ -11,6 +11,8 @@ import time
 
 import numpy as np
 import pytest
+from tiny_nets import (HEAD3, TRAIN_NET, cfg_text, conv, maxpool, region_head,
+                       set_net_options)
 
 import darknumba as dn
 from darknumba.errors import DarknumbaError
@@ -21,72 +23,9 @@ from darknumba.weights import read_header
 
 pytestmark = pytest.mark.slow
 
-TINY = """
-[net]
-batch=8
-subdivisions=2
-width=32
-height=32
-channels=3
-momentum=0.9
-decay=0.0005
-learning_rate=0.01
-burn_in=0
-max_batches=40
-policy=constant
-
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=1
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-batch_normalize=1
-filters=16
-size=3
-stride=1
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-batch_normalize=1
-filters=16
-size=3
-stride=1
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-size=1
-stride=1
-pad=1
-filters=24
-activation=linear
-
-[yolo]
-mask=0,1,2
-anchors=6,6, 10,10, 16,16
-classes=3
-num=3
-jitter=.2
-ignore_thresh=.7
-random=0
-"""
+# the detector the training tests train: three 3x3 convolutions and maxpools, one yolo head
+BODY = cfg_text(TRAIN_NET, conv(8), maxpool(), conv(16), maxpool(), conv(16), maxpool()) + "\n"
+TINY = BODY + HEAD3
 
 
 @pytest.fixture(scope="module")
@@ -306,8 +245,7 @@ def test_multiscale_sizes_and_resize_during_training(shapes, tmp_path):
     assert MultiScale(416, 416, False, 0, 10000).size(5) == (416, 416)
     data = shapes[0]
     c2 = tmp_path / "ms.cfg"
-    c2.write_text(TINY.replace("width=32\nheight=32", "width=64\nheight=64")
-                  .replace("random=0", "random=1"))
+    c2.write_text(set_net_options(TINY, width=64, height=64).replace("random=0", "random=1"))
     lines = []
     train_detector(data, c2, _opts(tmp_path, max_batches=3), log=lambda m, file=None: lines.append(m))
     assert "Resizing to 96 x 96" in lines
@@ -346,37 +284,13 @@ def test_cli_train_map_recall_valid_partial(shapes, tmp_path):
     assert load_partial_weights(dn.load_network(cfg), tmp_path / "cut.weights") == 4
 
 
-REGION_HEAD = """
-[convolutional]
-size=1
-stride=1
-pad=1
-filters=40
-activation=linear
-
-[region]
-anchors=1.5,1.5, 2.5,2.5, 4,4, 6,6, 8,8
-bias_match=1
-classes=3
-coords=4
-num=5
-softmax=1
-jitter=.2
-rescore=1
-object_scale=5
-noobject_scale=1
-class_scale=1
-coord_scale=1
-thresh=.6
-random=0
-"""
+REGION_HEAD = region_head("1.5,1.5, 2.5,2.5, 4,4, 6,6, 8,8")
 
 
 def test_yolov2_region_head_trains(shapes, tmp_path):
     data, cfg, root = shapes
-    body = TINY[:TINY.index("[convolutional]\nsize=1")]
     v2 = root / "tiny-v2.cfg"
-    v2.write_text(body + REGION_HEAD)
+    v2.write_text(BODY + REGION_HEAD)
     lines = []
     r = train_detector(data, v2, _opts(tmp_path, max_batches=30), log=lambda m, file=None: lines.append(m))
     assert r["final_iteration"] == 30

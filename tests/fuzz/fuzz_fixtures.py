@@ -3,89 +3,27 @@ character RNN among them), a small shapes dataset and a recorded C run for compa
 deterministically (seeded), so that corpus cases replay alike."""
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
+from tiny_nets import cfg_text, conv, maxpool, region_head, set_net_options
+
 ROOT = Path(__file__).resolve().parents[2]
-VERSION = "4"          # bump when what is built here changes
+VERSION = "5"          # bump when what is built here changes
 NPZ = ROOT / "tests" / "fixtures" / "golden" / "cls-small"   # a recorded run compare --npz reads
 
 # A YOLOv2-style head for 3 classes: 5 anchors x (4 + 1 + 3) = 40 filters.
-REGION_CFG = """[net]
-batch=4
-subdivisions=1
-width=64
-height=64
-channels=3
-learning_rate=0.001
-max_batches=10
-policy=constant
-
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-batch_normalize=1
-filters=16
-size=3
-stride=1
-pad=1
-activation=leaky
-
-[convolutional]
-size=1
-stride=1
-pad=1
-filters=40
-activation=linear
-
-[region]
-anchors=1.08,1.19, 3.42,4.41, 6.63,11.38, 9.42,5.11, 16.62,10.52
-bias_match=1
-classes=3
-coords=4
-num=5
-softmax=1
-jitter=.2
-rescore=1
-object_scale=5
-noobject_scale=1
-class_scale=1
-coord_scale=1
-absolute=1
-thresh=.6
-random=0
-"""
-
-
-def set_net_option(text: str, key: str, value) -> str:
-    """The cfg text with `key=value` in its [net] section (replaced, or added after [net])."""
-    start = text.index("[net]")
-    end = text.find("\n[", start + 1)
-    end = len(text) if end < 0 else end
-    net = text[start:end]
-    pattern = re.compile(rf"^{key}\s*=.*$", re.M)
-    net = (pattern.sub(f"{key}={value}", net, count=1) if pattern.search(net)
-           else net.replace("[net]", f"[net]\n{key}={value}", 1))
-    return text[:start] + net + text[end:]
+REGION_CFG = cfg_text(dict(batch=4, subdivisions=1, width=64, height=64, channels=3,
+                           learning_rate=0.001, max_batches=10, policy="constant"),
+                      conv(8, stride=2), maxpool(), conv(16),
+                      region_head("1.08,1.19, 3.42,4.41, 6.63,11.38, 9.42,5.11, 16.62,10.52",
+                                  absolute=1))
 
 
 def small_cfg(name: str, side: int = 64, batch: int = 4) -> str:
     """One of our cfg/ files at side x side and batch/subdivisions = batch/1, to keep fuzz
     cases fast (every network of cfg/ still builds at 64)."""
-    text = (ROOT / "cfg" / name).read_text()
-    for k, v in (("width", side), ("height", side), ("batch", batch), ("subdivisions", 1)):
-        text = set_net_option(text, k, v)
-    return text
+    return set_net_options((ROOT / "cfg" / name).read_text(), width=side, height=side,
+                           batch=batch, subdivisions=1)
 
 
 def build(fix: Path) -> Path:
@@ -99,7 +37,7 @@ def build(fix: Path) -> Path:
     from darknumba.train.timing import unit_rolling_variance
     fix.mkdir(parents=True, exist_ok=True)
     det = small_cfg("shapes-tiny.cfg", side=96)
-    cfgs = {"det": det, "grey": set_net_option(det, "channels", 1), "region": REGION_CFG,
+    cfgs = {"det": det, "grey": set_net_options(det, channels=1), "region": REGION_CFG,
             "cls": small_cfg("shapes5-classifier.cfg", side=32, batch=8)}
     for name, text in cfgs.items():
         (fix / f"{name}.cfg").write_text(text)

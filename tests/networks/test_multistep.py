@@ -17,7 +17,6 @@ machine (scipy-openblas): costs <= 5.3e-6, records <= 4.3e-5 (det-small's rollin
 """
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import GOLDEN, weights_rows
+from tiny_nets import set_net_options
 
 import darknumba as dn
 from darknumba.parity.tensordiff import named_rows, rows_report
@@ -98,22 +98,13 @@ def test_tracks_live_c_run(tmp_path, name):
           (tmp_path / "c.weights").read_bytes(), LIVE_WEIGHTS_TOL, f"{name} (live)")
 
 
-def with_net_options(text: str, changes: dict) -> str:
-    """The cfg text with each [net] option set: its line replaced, or added after [net]."""
-    for k, v in changes.items():
-        text, n = re.subn(rf"^{k}=.*$", f"{k}={v}", text, count=1, flags=re.MULTILINE)
-        if not n:
-            text = text.replace("[net]\n", f"[net]\n{k}={v}\n", 1)
-    return text
-
-
 def record(darknet_dir: Path):
     """Writes tests/fixtures/multistep/NAME/ for every run: the golden fixture's cfg with the
     run's changes, its init weights and datum, then C darknet's costs and final weights."""
     for name, (golden, changes, datums, compat) in RUNS.items():
         src, d = GOLDEN / golden, FIXTURES / name
         d.mkdir(parents=True, exist_ok=True)
-        (d / "net.cfg").write_text(with_net_options((src / f"{golden}.cfg").read_text(), changes))
+        (d / "net.cfg").write_text(set_net_options((src / f"{golden}.cfg").read_text(), **changes))
         for f in ("init.weights", "input.f32", "truth.f32"):
             (d / f).write_bytes((src / f).read_bytes())
         batch = dn.parse_network_cfg(d / "net.cfg").batch

@@ -7,6 +7,7 @@ import os
 
 import numpy as np
 import pytest
+from tiny_nets import HEAD3, TRAIN_NET, cfg_text, conv, maxpool
 
 from darknumba.kernels.fused import (batchnorm_backward, batchnorm_backward_delta,
                                      batchnorm_backward_sums, bn_divisors, channel_moments_cpu,
@@ -19,65 +20,12 @@ from darknumba.train.step import train_iteration
 f32 = np.float32
 rng = np.random.default_rng(11)
 
-TINY = """
-[net]
-batch=8
-subdivisions={subdivisions}
-width=32
-height=32
-channels=3
-momentum=0.9
-decay=0.0005
-learning_rate=0.01
-burn_in=0
-max_batches=40
-policy=constant
-
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=1
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-batch_normalize=1
-filters=16
-size=3
-stride=1
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-size=1
-stride=1
-pad=1
-filters=24
-activation=linear
-
-[yolo]
-mask=0,1,2
-anchors=6,6, 10,10, 16,16
-classes=3
-num=3
-jitter=.2
-ignore_thresh=.7
-random=0
-"""
 
 
 def write_cfg(tmp_path, subdivisions):
     cfg = tmp_path / f"tiny{subdivisions}.cfg"
-    cfg.write_text(TINY.format(subdivisions=subdivisions))
+    cfg.write_text(cfg_text({**TRAIN_NET, "subdivisions": subdivisions},
+                            conv(8), maxpool(), conv(16), maxpool(), HEAD3))
     return cfg
 
 
