@@ -156,3 +156,22 @@ def test_damaged_files_fail_clearly_or_decode_as_stb_keeps_them(tmp_path, rng):
             assert decode_jpeg(bytes(b), 3).shape == (97, 101, 3)
         except JpegError:
             pass
+
+
+def test_detector_decodes_with_stb_under_compat():
+    """Detector's decoder: Pillow by default, stb under compat="darknet-cpu" or when asked;
+    the images it runs on are then stb's bytes."""
+    import darknumba as dn
+    d = golden_dir("det-small")
+    cfg, weights = d / "det-small.cfg", d / "init.weights"
+    quiet = {"log": lambda m: None, "names": ["a", "b", "c"] * 30}
+    assert dn.Detector(cfg, weights, **quiet).decoder == "pillow"
+    det = dn.Detector(cfg, weights, compat="darknet-cpu", **quiet)
+    assert det.decoder == "stb" and det.net.quirks.stb_jpeg
+    assert dn.Detector(cfg, weights, decoder="stb", **quiet).decoder == "stb"
+    with pytest.raises(ValueError, match="decoder"):
+        dn.Detector(cfg, weights, decoder="opencv", **quiet)
+    jpg = FIX / "coffee-progressive-420.jpg"
+    (p,) = det.run([jpg])
+    want = decode_jpeg(jpg.read_bytes(), 3).transpose(2, 0, 1) / np.float32(255)
+    assert p.error is None and np.array_equal(p.image, want)
