@@ -238,6 +238,20 @@ def test_refused_layers_name_the_line(extra, message, tmp_path, rng):
     assert "\n" not in str(e.value) and not (tmp_path / "o.cfg").exists()
 
 
+def test_a_section_darknet_refuses_names_the_caffe_layer(tmp_path, rng):
+    """A window larger than the map (Caffe has no output for it either): Darknet's parser
+    refuses the section, and the error names the Caffe layer first, then the cfg's line."""
+    proto = (input_layer(3, 8, 8) + layer("c0", "Convolution", "data", params=(
+        "convolution_param { num_output: 4 kernel_size: 3 }"))
+        + layer("p", "Pooling", "c0", params="pooling_param { pool: MAX kernel_size: 9 }"))
+    p, m = write_model(tmp_path, proto, {"c0": ("Convolution", conv_blobs(rng, 4, 3, 3))})
+    with pytest.raises(dn.CfgError) as e:
+        import_caffe(p, m, tmp_path / "o.cfg", tmp_path / "o.weights")
+    assert str(e.value).startswith(f"{p}:3: layer 'p' (Pooling): Darknet refuses the section "
+                                   f"it maps to: {tmp_path / 'o.cfg'}:"), e.value
+    assert "no pixels" in str(e.value) and not (tmp_path / "o.cfg").exists()
+
+
 def test_blobs_that_do_not_fit(tmp_path, rng):
     proto = input_layer(3, 7, 7) + layer("c0", "Convolution", "data", params=(
         "convolution_param { num_output: 4 kernel_size: 3 }"))

@@ -76,3 +76,31 @@ def test_damaged_caffemodels():
         parse_caffemodel(b"\x0a\x03net", "m.caffemodel")
     with pytest.raises(CaffemodelError, match="unknown wire type 7"):
         parse_caffemodel(b"\x0f\x00", "m.caffemodel")
+
+
+def test_mutated_files_raise_only_their_errors():
+    """Random byte and text mutations of valid files: each either reads or raises the reader's
+    own error (a DarknumbaError, one line), never another exception."""
+    rng = np.random.default_rng(1)
+    good = caffemodel_bytes({"conv": ("Convolution", [np.ones((2, 3), np.float32)] * 2),
+                             "fc": ("InnerProduct", [np.ones(5, np.float32)])})
+    for _ in range(300):
+        data = bytearray(good)
+        for _ in range(rng.integers(1, 4)):
+            data[rng.integers(len(data))] = rng.integers(256)
+        try:
+            parse_caffemodel(bytes(data[:rng.integers(1, len(data) + 1)]), "m.caffemodel")
+        except CaffemodelError as e:
+            assert "\n" not in str(e)
+    alphabet = list(TEXT) + list("{}:<>[]\"'#\n 0-x.e")
+    for _ in range(300):
+        text = list(TEXT)
+        for _ in range(rng.integers(1, 4)):
+            text[rng.integers(len(text))] = alphabet[rng.integers(len(alphabet))]
+        try:
+            root = parse_prototxt("".join(text), "t.prototxt")
+            for layer in root.all("layer"):
+                if hasattr(layer, "msg"):
+                    layer.msg("convolution_param").ints("kernel_size")
+        except PrototxtError as e:
+            assert "\n" not in str(e)

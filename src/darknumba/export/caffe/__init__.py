@@ -14,11 +14,12 @@ an error naming the prototxt line, its name and its type.
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from ...errors import UsageError
+from ...errors import CfgError, UsageError
 from ...outputs import atomic_output, atomic_write, check_outputs_not_inputs
 from .caffemodel import CaffemodelError, read_caffemodel
 from .handlers import HANDLERS, V1_TYPES, set_input
@@ -103,6 +104,21 @@ def cfg_text(plan: Plan, sources: tuple[str, str]) -> str:
     return "\n".join(lines)
 
 
+def _from_caffe(e: CfgError, tmp: str, out_cfg) -> CfgError:
+    """The parser's error about the written cfg, naming the Caffe layer its section comes
+    from (cfg_text puts each section's origin in the comment line above it)."""
+    msg = str(e).replace(tmp, os.fspath(out_cfg))
+    m = re.search(r":(\d+): \[", msg)
+    if m:
+        with open(tmp, encoding="utf-8") as f:
+            lines = f.read().split("\n")[:int(m.group(1))]
+        origins = [ln[2:].split(": ", 1)[1] for ln in lines
+                   if re.match(r"# \d+: ", ln)]
+        if origins:
+            return CfgError(f"{origins[-1]}: Darknet refuses the section it maps to: {msg}")
+    return CfgError(msg)
+
+
 def fill_weights(net, plan: Plan):
     """Copy every planned parameter into the built network's records (float32)."""
     for i, p in enumerate(plan.layers):
@@ -134,7 +150,10 @@ def import_caffe(prototxt, caffemodel, out_cfg, out_weights, keep_bn: bool = Fal
     with atomic_output(out_cfg, mode=None) as tmp:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
-        net = parse_network_cfg(tmp, batch=1, seed=None)
+        try:
+            net = parse_network_cfg(tmp, batch=1, seed=None)
+        except CfgError as e:       # sizes Darknet refuses (no output pixels, too much memory)
+            raise _from_caffe(e, tmp, out_cfg) from None
         fill_weights(net, plan)
         atomic_write(out_weights, weights_bytes(net))
     if log:

@@ -13,6 +13,8 @@ naming the file and the byte offset.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...errors import DarknumbaError
@@ -77,8 +79,11 @@ class _Reader:
         return _Reader(value, self.path, self.base + offset)
 
 
-def _floats(wire, value, dtype):
+def _floats(r: _Reader, value, offset, dtype):
     """A repeated float/double field's values, packed (LEN) or one (I32/I64)."""
+    size = np.dtype(dtype).itemsize
+    if len(value) % size:
+        raise r.error(offset, f"{len(value)} bytes of packed values of {size} bytes each")
     return np.frombuffer(value, dtype=dtype).astype(np.float64)
 
 
@@ -99,13 +104,13 @@ def _blob(r: _Reader) -> np.ndarray:
         elif num in (1, 2, 3, 4) and wire == VARINT:
             legacy[num] = value
         elif num == 5 and wire in (LEN, I32):
-            parts.append(_floats(wire, value, "<f4"))
+            parts.append(_floats(r, value, off, "<f4"))
         elif num == 8 and wire in (LEN, I64):
-            dparts.append(_floats(wire, value, "<f8"))
+            dparts.append(_floats(r, value, off, "<f8"))
     values = np.concatenate(parts or dparts or [np.zeros(0)])
     if dims is None:
         dims = [legacy.get(k, 1) for k in (1, 2, 3, 4)] if legacy else [values.size]
-    if int(np.prod(dims, dtype=np.int64)) != values.size:
+    if math.prod(dims) != values.size:
         raise r.error(0, f"a blob of shape {tuple(dims)} holds {values.size} values")
     return values.reshape(dims)
 
