@@ -302,7 +302,8 @@ def caffe_input(path) -> np.ndarray:
 @pytest.mark.slow
 def test_open_nsfw_equals_opencv(tmp_path, capsys):
     """Probabilities and logits within 1e-4 of OpenCV's on two photos, and a blob inside
-    (the first stage's output); the cfg runs in `classifier predict` and exports to ONNX."""
+    (the first stage's output), BatchNorm folded and kept; the cfg runs in `classifier
+    predict` and exports to ONNX."""
     dn.configure()          # the thread policy: unset, a forward takes several times longer
     prototxt, caffemodel = open_nsfw()
     cfg, weights = tmp_path / "nsfw.cfg", tmp_path / "nsfw.weights"
@@ -321,6 +322,12 @@ def test_open_nsfw_equals_opencv(tmp_path, capsys):
         assert np.abs(got - logits).max() < 1e-4, (photo, got, logits)
         got = net.layers[res.plan.tops["relu_stage0_block2"]].output.reshape(stage0.shape)
         assert np.abs(got - stage0).max() < 1e-4 * max(1.0, float(np.abs(stage0).max()))
+    # BatchNorm kept as [caffe_batchnorm] (Caffe's arithmetic, not folded): the same output
+    keep = import_caffe(prototxt, caffemodel, tmp_path / "k.cfg", tmp_path / "k.weights",
+                        keep_bn=True)
+    assert sum(p.section == "caffe_batchnorm" for p in keep.plan.layers) == 53
+    kept = dn.load_network(tmp_path / "k.cfg", tmp_path / "k.weights", batch=1)
+    assert np.abs(kept.forward(x.ravel()).reshape(prob.shape) - prob).max() < 1e-4
     # the converted files through Darknet's classifier command
     from darknumba.cli import run
     (tmp_path / "nsfw.names").write_text("sfw\nnsfw\n")
