@@ -175,3 +175,23 @@ def test_detector_decodes_with_stb_under_compat():
     (p,) = det.run([jpg])
     want = decode_jpeg(jpg.read_bytes(), 3).transpose(2, 0, 1) / np.float32(255)
     assert p.error is None and np.array_equal(p.image, want)
+
+
+def test_training_loader_reads_stb_pixels(tmp_path):
+    """DetectionLoader(decoder="stb") (training under compat="darknet-cpu") reads its JPEGs
+    as Darknet's CPU build does."""
+    from darknumba.data.datasets import DataIssues, DetectionDataset
+    from darknumba.data.loader import DetectionLoader, MultiScale
+    from darknumba.vision.augment import AugmentConfig
+    (tmp_path / "images").mkdir()
+    (tmp_path / "labels").mkdir()
+    jpg = tmp_path / "images" / "a.jpg"
+    jpg.write_bytes((FIX / "coffee-420.jpg").read_bytes())
+    (tmp_path / "labels" / "a.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    ds = DetectionDataset([str(jpg)], 1, DataIssues(log=lambda m: None))
+    want = load_image(jpg, decoder="stb")
+    for decoder in ("stb", "pillow"):
+        with DetectionLoader(ds, 1, AugmentConfig(), MultiScale(64, 64, False, 0, 1),
+                             decoder=decoder) as L:
+            _, im = L.draw_image(np.random.default_rng(0))
+        assert np.array_equal(im, want) == (decoder == "stb")

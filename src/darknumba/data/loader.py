@@ -94,17 +94,21 @@ class DetectionLoader:
     loaded with `channels` channels (the network's c: 1 gives grey, as AlexeyAB's
     load_data_detection). `aug` says whose augmentation: AugmentConfig (pjreddie's
     load_data_detection, 5 floats per truth) or AbAugmentConfig (AlexeyAB's, with mosaic and
-    mixup, 6 floats per truth; colour images only here)."""
+    mixup, 6 floats per truth; colour images only here). `decoder`: how JPEGs are decoded
+    (vision.image.DECODERS; "stb" gives the pixels of Darknet's CPU build, which decodes its
+    training images with stb_image too)."""
 
     def __init__(self, dataset: DetectionDataset, images: int,
                  aug: AugmentConfig | AbAugmentConfig, scales, seed: int = 0, start: int = 0,
-                 workers: int = 2, prefetch: int = 2, positions=None, channels: int = 3):
+                 workers: int = 2, prefetch: int = 2, positions=None, channels: int = 3,
+                 decoder: str = "pillow"):
         if isinstance(aug, AbAugmentConfig) and channels != 3:
             raise CfgError(f"AlexeyAB's training augmentation (mosaic, mixup, blur) is built "
                            f"for 3-channel images; this network has channels={channels}")
         self.ds, self.images, self.aug, self.scales = dataset, images, aug, scales
         self.positions = list(range(images) if positions is None else positions)
         self.channels = channels
+        self.decoder = decoder
         self.seed, self.next_index = seed, start
         self.prefetch = max(1, prefetch)
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers),
@@ -127,7 +131,7 @@ class DetectionLoader:
             j = int(rng.integers(len(self.ds)))
             path = self.ds.paths[j]
             try:
-                return j, load_image(path, c=self.channels)
+                return j, load_image(path, c=self.channels, decoder=self.decoder)
             except DataError as e:  # report, draw another image
                 self.ds.issues.report("unreadable-image", path, None, str(e), path)
         raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())

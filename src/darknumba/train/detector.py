@@ -269,7 +269,8 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     i = start
     interrupted = False
     loader = DetectionLoader(ds, imgs, aug, scales, seed=opts.seed, start=start,
-                             workers=opts.workers, positions=par.positions(), channels=net.c)
+                             workers=opts.workers, positions=par.positions(), channels=net.c,
+                             decoder="stb" if net.quirks.stb_jpeg else "pillow")
     try:
         with StopFlag() as stop:
             while net.current_batch() < net.max_batches:
