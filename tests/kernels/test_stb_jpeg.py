@@ -195,3 +195,13 @@ def test_training_loader_reads_stb_pixels(tmp_path):
                              decoder=decoder) as L:
             _, im = L.draw_image(np.random.default_rng(0))
         assert np.array_equal(im, want) == (decoder == "stb")
+
+
+def test_compare_letterboxes_darknets_input():
+    """compare's `letterbox` row (our decoding and letterbox beside darknet's) is 0 on a JPEG:
+    dog.jpg for yolov3-tiny is pjreddie's recorded input, bit for bit."""
+    from darknumba.parity.compare import _our_letterbox
+    from darknumba.parser import parse_network_cfg
+    net = parse_network_cfg(ROOT / "cfg" / "yolov3-tiny.cfg", batch=1, seed=None, allocate=False)
+    ref = np.load(golden_dir("yolov3-tiny-detect") / "dog" / "data.npz")["input"]
+    assert np.array_equal(_our_letterbox(darknet_photo("dog.jpg"), net), ref)
