@@ -11,9 +11,11 @@ kernels/stb_jpeg.py (Huffman decoding of baseline and progressive scans, restart
 kernels/stb_jpeg_pixels.py (IDCT, upsampling, colour). 8-bit baseline, extended and progressive
 Huffman JPEGs with 1, 3 or 4 components; EXIF orientation is not applied (stb ignores it).
 
-Damaged files: what stb refuses raises JpegError with stb's reason; a marker stb cannot read
-after the frame header ends the decoding with what is decoded, as v2.30 does (v2.19 refuses the
-file), and a file that ends without its EOI marker is kept the same way.
+Damaged files: what stb refuses raises JpegError with stb's reason. After the frame header, a
+marker stb cannot read, or the end of a file that lacks its EOI marker, ends the decoding with
+what is decoded, as v2.30 does (v2.19 refuses such a file; v2.30 then leaves a progressive
+file's buffers unfinished, where this finishes the coefficients it has). A well-formed file
+decodes to stb's bytes; a damaged one to something, or JpegError, never a crash.
 """
 from __future__ import annotations
 
