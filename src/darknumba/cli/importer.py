@@ -20,8 +20,9 @@ def caffe(prototxt: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
           out_weights: Annotated[Path, typer.Argument(dir_okay=False,
                                                       help="the .weights to write")],
           keep_bn: Annotated[bool, typer.Option(
-              "--keep-bn", help="BatchNorm as [caffe_batchnorm] sections, which train as Caffe "
-                                "does (default: folded into the convolutions, for inference)")] = False):
+              "--keep-bn", help="BatchNorm as [caffe_batchnorm] sections, which train as "
+                                "Caffe does (default: folded into the convolutions, for "
+                                "inference)")] = False):
     """Write the Caffe model as OUT_CFG + OUT_WEIGHTS. The network takes Caffe's input (as the
     deploy prototxt's preprocessing makes it: often BGR, 0-255, mean subtracted); a layer type
     the import does not map is an error naming its prototxt line."""

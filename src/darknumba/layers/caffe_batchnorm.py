@@ -11,9 +11,9 @@ Darknet's batch norm computes differently, computed as Caffe does (docs/caffe.md
 Darknet's instead: the unbiased variance in training too, eps 1e-6 outside the square root
 (pjreddie) or 1e-5 inside (AlexeyAB), rolling averages 0.99 / 0.01 (0.9 / 0.1) with no
 start-up correction. Keys: eps (1e-5), moving_average_fraction (0.999), use_global_stats
-(0; 1: the running statistics in training too, and left unchanged: Caffe's frozen batch norm). .weights records:
-biases, scales, mean_sum, variance_sum, scale_factor (one value): Caffe's three blobs as they
-are, so training goes on from them. scales and biases learn by Darknet's SGD with momentum
+(0; 1: the running statistics in training too, and left unchanged: Caffe's frozen batch
+norm). .weights records: biases, scales, mean_sum, variance_sum, scale_factor (one value):
+Caffe's three blobs as they are, so training goes on from them. scales and biases learn by Darknet's SGD with momentum
 (no decay), as its [batchnorm] layer's.
 """
 import numpy as np

@@ -174,6 +174,11 @@ class Mapper:
         return out
 
 
+def err_of(m: Mapper, layer: Message):
+    """A function making `layer`'s one-line errors from a message."""
+    return lambda msg: m.error(layer, msg)
+
+
 def square(layer_error, p: Message, name: str, default: int | None, h_name=None,
            w_name=None) -> int:
     """A size Caffe may give as one repeated value, two (h, w) or name_h / name_w: the one
