@@ -2,8 +2,9 @@
 
 - ``prototxt.py``: the text format, read with line numbers (no schema, no protobuf package);
 - ``caffemodel.py``: the binary wire format, read for each layer's blobs;
-- ``mapping.py``: the walk over Caffe's layers and its bookkeeping; ``handlers.py``: one
-  function per Caffe layer type;
+- ``mapping.py``: the walk over Caffe's layers and its bookkeeping; ``handlers.py`` (layers
+  with blobs, activations) and ``topology.py`` (pooling, joining, reshaping): one function per
+  Caffe layer type;
 - here: `plan_caffe` (the plan alone) and `import_caffe` (the files, written through
   outputs.py: the cfg is parsed by darknumba's own parser and the weights saved by its own
   writer, so the result loads as any Darknet network does).
