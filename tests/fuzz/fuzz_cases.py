@@ -228,7 +228,7 @@ def images_case(draw, max_pixels: int = 2_000_000):
         names.append(name)
     files["list.txt"] = "".join(n + "\n" for n in names).encode()
     files["d.data"] = b"classes = 3\ntrain = list.txt\nvalid = list.txt\n"
-    steps = [["detect", DET, "{FIX}/det.weights", *names, "--out", "drawn"],
+    steps = [["detect", DET, "{FIX}/det.weights", *names, "--out", "drawn", "--decoder", "stb"],
              ["detect", "{FIX}/grey.cfg", "{FIX}/grey.weights", names[0]],
              ["detect", "{FIX}/region.cfg", "{FIX}/region.weights", "--resize", *names],
              ["data", "check", "d.data"],
