@@ -187,3 +187,18 @@ def test_an_imported_network_trains_as_caffe(tmp_path):
     check.assert_ok("imported")
     check.assert_catches_one_percent("imported")
     assert bn.scale_factor[0] > factor            # training forwards moved the running sums
+
+
+def test_resized_networks(tmp_path):
+    """resize_network through the three sections: the new size's outputs are numpy's."""
+    body = (CONV + "[caffe_batchnorm]\n\n[prelu]\n\n" + CONV
+            + "[eltwise]\nfrom=-2\noperation=prod\n")
+    net, rng = build_cfg(tmp_path, body, batch=1, w=4, h=4)
+    net.resize(6, 5)
+    x = rng.uniform(-1, 1, 3 * 5 * 6).astype(np.float32)
+    out = net.forward(x)
+    assert out.size == 4 * 5 * 6
+    a, b = (net.layers[i].output.astype(np.float64) for i in (3, 2))
+    np.testing.assert_allclose(out, a * b, rtol=1e-6)
+    v = net.layers[1].output.reshape(4, 5, 6).astype(np.float64)
+    np.testing.assert_allclose(b.reshape(4, 5, 6), np.where(v > 0, v, 0.25 * v), rtol=1e-6)

@@ -10,6 +10,7 @@ product of the others (Caffe's stable_prod_grad), MAX the delta to the input tha
 largest (the first of equal ones, as Caffe's mask)."""
 import numpy as np
 
+from ..errors import CfgError
 from ..kernels.caffe import (eltwise_max_backward_cpu, eltwise_max_cpu,
                              eltwise_prod_backward_cpu, eltwise_prod_cpu)
 from .base import Layer
@@ -22,15 +23,27 @@ class EltwiseLayer(Layer):
     type = "eltwise"
 
     def __init__(self, batch, w, h, c, input_layers, operation):
-        self.batch, self.w, self.h, self.c = batch, w, h, c
-        self.out_w, self.out_h, self.out_c = w, h, c
+        self.batch, self.c, self.out_c = batch, c, c
         self.input_layers, self.operation = list(input_layers), operation
-        self.inputs = self.outputs = w * h * c
+        self._sized(w, h)
+
+    def _sized(self, w, h):
+        self.w, self.h = self.out_w, self.out_h = w, h
+        self.inputs = self.outputs = w * h * self.c
         self._alloc_io()
-        n = batch * self.outputs
+        n = self.batch * self.outputs
         k = len(self.input_layers) + 1
         self.stacked = zeros(k * n, "the inputs side by side").reshape(k, n)
-        self.mask = zeros(n if operation == "max" else 0, "the largest input's index", np.int32)
+        self.mask = zeros(n if self.operation == "max" else 0, "the largest input's index",
+                          np.int32)
+
+    def resize_in(self, layers, w, h):
+        for i in self.input_layers:
+            if (layers[i].out_w, layers[i].out_h) != (w, h):
+                raise CfgError(f"[eltwise] from layer {i}: resized to {layers[i].out_w}x"
+                               f"{layers[i].out_h}, the previous layer to {w}x{h}: the inputs "
+                               f"no longer have one shape")
+        self._sized(w, h)
 
     @classmethod
     def from_cfg(cls, s, params):

@@ -16,14 +16,18 @@ class PreluLayer(Layer):
     type = "prelu"
 
     def __init__(self, batch, w, h, c, channel_shared=False):
-        self.batch, self.w, self.h, self.c = batch, w, h, c
-        self.out_w, self.out_h, self.out_c = w, h, c
+        self.batch, self.c = batch, c
+        self.out_c = c
         self.channel_shared = bool(channel_shared)
         self.nweights = 1 if self.channel_shared else c
         self.weights = full(self.nweights, INITIAL_SLOPE, "slopes")
         self.weight_updates = zeros(self.nweights, "slope updates")
         self.learning_rate_scale = 1.0
-        self.inputs = self.outputs = w * h * c
+        self.resize(w, h)
+
+    def resize(self, w, h):
+        self.w, self.h = self.out_w, self.out_h = w, h
+        self.inputs = self.outputs = w * h * self.c
         self._alloc_io()
 
     @classmethod
