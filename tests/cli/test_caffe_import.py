@@ -179,6 +179,28 @@ def test_v1_files(tmp_path):
     np.testing.assert_array_equal(net.forward(x.ravel()).reshape(ours.shape), ours)
 
 
+@pytest.mark.parametrize("mode, size, padding", [("CEIL", 4, 1), ("FLOOR", 3, 0)])
+def test_pooling_round_mode(mode, size, padding, tmp_path, rng):
+    """round_mode FLOOR (newer Caffe) sizes the output as Darknet does; CEIL, the default,
+    needs one more cell of padding on the far side."""
+    proto = (input_layer(3, 9, 9) + layer("c0", "Convolution", "data", params=(
+        "convolution_param { num_output: 2 kernel_size: 2 }"))
+        + layer("p", "Pooling", "c0", params="pooling_param { pool: MAX kernel_size: 3 "
+                f"stride: 2 round_mode: {mode} }}"))
+    p, m = write_model(tmp_path, proto, {"c0": ("Convolution", conv_blobs(rng, 2, 3, 2))})
+    res = import_caffe(p, m, tmp_path / "o.cfg", tmp_path / "o.weights")
+    assert res.plan.layers[-1].out == (2, size, size)
+    assert res.plan.layers[-1].keys == {"size": 3, "stride": 2, "padding": padding}
+    net = dn.load_network(tmp_path / "o.cfg", tmp_path / "o.weights", batch=1)
+    x = rng.uniform(-1, 1, 3 * 81).astype(np.float32)
+    net.forward(x)
+    c0 = net.layers[0].output.reshape(2, 8, 8)
+    # Caffe's windows: from 0 every 2 cells, clipped at the map's edge
+    want = np.array([[[c0[k, i:i + 3, j:j + 3].max() for j in range(0, 2 * size, 2)]
+                      for i in range(0, 2 * size, 2)] for k in range(2)])
+    assert np.array_equal(net.layers[1].output.reshape(2, size, size), want)
+
+
 def test_what_the_mapping_writes(tmp_path, rng):
     """The sections of the first two models: BatchNorm and Scale folded (no section of their
     own), activations folded into the convolutions, a [route] where a layer reads an earlier
