@@ -228,6 +228,8 @@ class Quirks:
     # [crnn] reads AlexeyAB's keys (output, hidden, size, pad/padding, dilation, groups);
     # pjreddie's reads output_filters and hidden_filters and always convolves 3x3 with pad 1
     crnn_alexeyab_keys: bool = False
+    # backward_network passes over a layer with onlyforward=1 (pjreddie's runs its backward)
+    onlyforward_skips_backward: bool = False
     # xnor=1: groups forced to 1 (make_convolutional_layer), and calculate_binary_weights (its
     # detector test, demo, map, classifier predict) switches inference to the bit-packed GEMM
     xnor_bits: bool = False
@@ -307,7 +309,7 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       policy_sigmoid_sgdr=True, partial_reads_kept_layers=True,
                       train_detector_alexeyab=True, char_rnn_alexeyab=True,
                       print_detections_v3=True, batch_sets_one_time_step=True,
-                      crnn_alexeyab_keys=True, xnor_bits=True,
+                      crnn_alexeyab_keys=True, xnor_bits=True, onlyforward_skips_backward=True,
                       xnor_cpu_bugs=compat == "darknet-cpu",
                       col2im_zeroes_delta=compat == "darknet-cpu",
                       sam_overwrites_from_delta=compat == "darknet-cpu",

@@ -262,7 +262,8 @@ class Network:
                 prev = self.layers[i - 1]
                 self.input, self.delta = prev.output, prev.delta
             self.index = i
-            l.backward(self)
+            if not (getattr(l, "onlyforward", 0) and self.quirks.onlyforward_skips_backward):
+                l.backward(self)
             if after_layer is not None:
                 after_layer(i)
 

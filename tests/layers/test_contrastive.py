@@ -141,3 +141,23 @@ def test_cfg_errors_are_clear(tmp_path):
     cfg.write_text(CFG.read_text().replace("embedding_layer=-3", "embedding_layer=-2"))
     with pytest.raises(CfgError, match=r"embedding size 4 .* not the \[yolo\] layer 5's 5"):
         dn.parse_network_cfg(cfg)
+
+
+def test_onlyforward_layer_passes_no_delta_down(tmp_path):
+    """AlexeyAB's backward_network passes over a layer with onlyforward=1 (as its
+    yolov4-tiny_contrastive.cfg marks two routes): the route to the embeddings hands the
+    contrastive delta to nobody, so the embedding convolution gets none."""
+    cfg = tmp_path / "n.cfg"
+    cfg.write_text(CFG.read_text().replace("[route]\nlayers=-4\n", "[route]\nlayers=-4\n"
+                                                                  "onlyforward=1\n"))
+    net = dn.parse_network_cfg(cfg)
+    assert net.layers[6].onlyforward and net.quirks.onlyforward_skips_backward
+    rng = np.random.default_rng(4)
+    x = rng.uniform(0, 1, net.batch * net.inputs).astype(f32)
+    net.forward(x, train=True, truth=detector_truth(net, rng))
+    net.backward()
+    assert net.layers[7].delta.any() and not net.layers[2].delta.any()
+    net = dn.parse_network_cfg(CFG)                   # without it the delta reaches layer 2
+    net.forward(x, train=True, truth=detector_truth(net, np.random.default_rng(4)))
+    net.backward()
+    assert net.layers[2].delta.any()

@@ -160,7 +160,8 @@ def _backward(net, ref, ref_layers, x, own):
         net.index, net.train = i, True
         net.input = x if i == 0 else net.layers[i - 1].output
         net.delta = None if i == 0 else net.layers[i - 1].delta
-        l.backward(net)
+        if not (getattr(l, "onlyforward", 0) and l.quirks.onlyforward_skips_backward):
+            l.backward(net)
         if l.cost is None or _key(i, "delta") not in own:   # a loss layer's delta is forward's
             own[_key(i, "delta")] = final_delta(l).copy()
         for g in GRADS:
