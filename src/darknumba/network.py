@@ -12,7 +12,8 @@ import numpy as np
 from .dialect import quirks_for
 from .errors import DarknumbaError
 from .kernels.blas import fill_cpu
-from .layers.base import Scratch, UpdateArgs
+from .layers import memory
+from .layers.base import Layer, Scratch, UpdateArgs
 from .layers.route import share_outputs
 from .net_options import NetOptions, options_as_attributes
 
@@ -101,6 +102,26 @@ def exact_from_env() -> bool:
             or os.environ.get("DARKNUMBA_WINOGRAD", "") == "0")
 
 
+def _with_inner(layers) -> list:
+    """The layers and the layers inside them (a recurrent layer's, an antialiased layer's host
+    and blur), each once."""
+    out, seen = [], set()
+
+    def visit(l):
+        if id(l) in seen:
+            return
+        seen.add(id(l))
+        out.append(l)
+        for v in vars(l).values():
+            for inner in (v if isinstance(v, list | tuple) else (v,)):
+                if isinstance(inner, Layer):
+                    visit(inner)
+
+    for l in layers:
+        visit(l)
+    return out
+
+
 @options_as_attributes
 class Network:
     """The layers and the pass under way; the [net] options are `options` (NetOptions), each
@@ -119,6 +140,11 @@ class Network:
         self.dialect_reason = "the default"
         self.cfg_path = None
         self.allocated = True          # False: built for the layer table only (no buffers)
+        # True: built for inference (memory.inference_only), what only training reads is not
+        # allocated yet (prepare_training); built_bytes: what the build counted, of max_bytes
+        self.inference_only = False
+        self.built_bytes = 0
+        self.max_bytes = memory.DEFAULT_MAX_BYTES
         # state of the pass under way (Darknet's `network` passed by value)
         self.input = None
         self.delta = None
@@ -180,6 +206,26 @@ class Network:
         instead (route.share_outputs); run after every (re)allocation of the buffers."""
         share_outputs(self.layers)
 
+    def prepare_training(self):
+        """A network built for inference gets what training reads (deltas, weight gradients,
+        batch norm's kept input...) now, all at once and within the memory limit, as
+        AlexeyAB's parser allocates them when it builds for training (`train = 1`). Forward
+        in train mode, backward and update call it; nothing to do after the first time."""
+        if not self.inference_only:
+            return
+        layers = _with_inner(self.layers)
+        need = sum(l.pending_bytes() for l in layers)
+        limit = self.max_bytes
+        if self.built_bytes + need > limit:
+            raise memory.SizeError(
+                f"{self.cfg_path or 'this network'}: training needs {memory.gib(need)} more "
+                f"(deltas, weight gradients) than its {memory.gib(self.built_bytes)} for "
+                f"inference, more than {memory.gib(limit)} in all ({memory.LIMITS}; a smaller "
+                f"batch or input size takes less)")
+        for l in layers:
+            l.allocate_pending()
+        self.inference_only = False
+
     def alloc_workspace(self):
         size = max([l.workspace_size for l in self.layers] + [1])
         if self.workspace.size < size:
@@ -219,6 +265,8 @@ class Network:
     def forward(self, x, train: bool = False, truth=None) -> np.ndarray:
         """forward_network: fills every layer's output; returns the output layer's output."""
         self.require_buffers("run forward")
+        if train:
+            self.prepare_training()
         self.input = self._as_input(x)
         self.truth = self._as_truth(truth)
         self.train = bool(train)
@@ -252,6 +300,7 @@ class Network:
         after_layer(i), when given, is called once layer i's backward is done (data-parallel
         training starts the allreduce of the gradients that are final from there)."""
         self.require_buffers("run backward")
+        self.prepare_training()
         for i in range(self.n - 1, -1, -1):
             l = self.layers[i]
             if getattr(l, "stopbackward", 0):
@@ -270,6 +319,7 @@ class Network:
     def update(self):
         """update_network"""
         self.require_buffers("update")
+        self.prepare_training()
         self.t += 1
         a = UpdateArgs(batch=self.batch * self.subdivisions, learning_rate=self.current_rate(),
                        momentum=self.momentum, decay=self.decay, adam=self.adam,
@@ -319,9 +369,10 @@ class Network:
         self.require_buffers("resize")
         self.w, self.h = w, h
         c = self.c
-        for i, l in enumerate(self.layers):
-            l.resize_in(self.layers[:i], w, h)
-            w, h = l.out_w, l.out_h
+        with memory.inference_only(self.inference_only):
+            for i, l in enumerate(self.layers):
+                l.resize_in(self.layers[:i], w, h)
+                w, h = l.out_w, l.out_h
         self.inputs = self.w * self.h * c
         self.alloc_workspace()
         self.share_outputs()

@@ -217,7 +217,8 @@ def _build_layers(net: Network, sections: list[Section], path: str, b: memory.Me
 def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
                       seed: int | None = 0, dialect: str | None = None,
                       weights_version: tuple | None = None, max_bytes: int | None = None,
-                      allocate: bool = True, time_steps: int | None = None) -> Network:
+                      allocate: bool = True, time_steps: int | None = None,
+                      train: bool | None = None) -> Network:
     """Read a .cfg and build every layer with the shapes Darknet computes; weights start
     from Darknet's random initialisation with `seed` (None: left at zero).
 
@@ -228,6 +229,11 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     Every layer's buffers are counted before they are allocated: a layer that would take more
     than max_bytes / 4, or a network more than max_bytes (default 16 GiB, or
     DARKNUMBA_MAX_GIB), is a CfgError naming the layer and the bytes.
+
+    train=False builds for inference, as AlexeyAB's parse_network_cfg_custom does at a given
+    batch: what only training reads (deltas, weight gradients, batch norm's kept input) is
+    neither counted nor allocated until training first needs it (Network.prepare_training);
+    None (the default): for inference when `batch` is given, for training when it is the cfg's.
 
     allocate=False builds the layer table alone (shapes, BFLOPs): no buffer gets memory, the
     weights stay unset, and the network refuses to run. time_steps replaces the cfg's."""
@@ -250,11 +256,15 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
     _warn_unused(first)
     if len(sections) == 1:
         raise CfgError(f"{path}: no layers after [net]")
+    inference = batch is not None if train is None else not train
     with memory.budget(max_bytes or memory.max_bytes_from_env()) as b, \
-            (contextlib.nullcontext() if allocate else memory.shapes_only()):
+            (contextlib.nullcontext() if allocate else memory.shapes_only()), \
+            memory.inference_only(inference):
         _build_layers(net, sections[1:], path, b)
         if net.inputs == 0:
             net.inputs = net.layers[0].inputs
+    net.inference_only = inference and allocate
+    net.built_bytes, net.max_bytes = b.total + b.workspace, b.max_total
     if not allocate:
         net.allocated = False
         return net
@@ -267,17 +277,20 @@ def parse_network_cfg(path, batch: int | None = None, compat: str | None = None,
 
 def load_network(cfg, weights=None, batch: int | None = None, compat: str | None = None,
                  clear: bool = False, dialect: str | None = None,
-                 time_steps: int | None = None, exact: bool | None = None) -> Network:
+                 time_steps: int | None = None, exact: bool | None = None,
+                 train: bool | None = None) -> Network:
     """Darknet's `load_network`: parse the cfg, load weights if given (keeping their `seen`
     unless `clear`), else Darknet's random initialisation. batch=None keeps the cfg's
     batch/subdivisions (x time_steps: the cfg's, or these). Weights holding NaN or Inf give
     one WeightsWarning naming the layers. exact=False lets the large 3x3 stride-1
     convolutions take Winograd (their forward and, in training, their input gradient); True
     keeps every one on im2col + GEMM, as Darknet computes them; None: the environment decides
-    (Winograd unless DARKNUMBA_EXACT=1). compat= is always exact."""
+    (Winograd unless DARKNUMBA_EXACT=1). compat= is always exact. train: as in
+    parse_network_cfg (None: built for inference when `batch` is given; training allocates
+    what it needs when it starts)."""
     from .weights import describe_nonfinite, load_weights, nonfinite_layers, peek_version
     net = parse_network_cfg(cfg, batch=batch, compat=compat, seed=None if weights else 0,
-                            dialect=dialect, time_steps=time_steps,
+                            dialect=dialect, time_steps=time_steps, train=train,
                             weights_version=peek_version(weights) if weights else None)
     if weights is not None:
         load_weights(net, weights)

@@ -40,12 +40,15 @@ class Antialiased(Layer):
         self.batch, self.h, self.w, self.c, self.inputs = h.batch, h.h, h.w, h.c, h.inputs
         b = self.blur
         self.out_h, self.out_w, self.out_c, self.outputs = b.out_h, b.out_w, b.out_c, b.outputs
-        self.output, self.delta = b.output, b.delta
+        self.output = b.output
+        self.train_alias("delta", b)
         self.workspace_size = max(h.workspace_size, b.workspace_size)
 
     def __getattr__(self, name):
         if name == "host":                 # not yet set (copy / unpickling): no recursion
             raise AttributeError(name)
+        if name in (vars(self).get("_deferred") or ()):     # its own delta, on first read
+            return Layer.__getattr__(self, name)
         return getattr(self.host, name)
 
     @property

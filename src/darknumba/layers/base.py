@@ -21,6 +21,10 @@ A layer mirrors Darknet's `layer` struct for its own type only:
   parts, ``bn_sync.ranks`` is the number of parts.
 - Buffers come from ``zeros()``; inside ``shapes_only()`` it hands out read-only zero-stride
   views instead, so a network can be built for its layer table alone (``allocate=False``).
+- What only training reads (``delta``, ``weight_updates``, batch norm's ``x``...) comes from
+  ``train_buffer()``: in a network built for inference (``memory.inference_only()``, as
+  AlexeyAB builds at a given batch) it is allocated on first read, or all at once by
+  ``Network.prepare_training``; ``train_alias()`` when a layer shares another's.
 Arithmetic over elements lives in ``darknumba.kernels``; layer classes only orchestrate.
 """
 from __future__ import annotations
@@ -33,7 +37,7 @@ from ..dialect import DEFAULT_QUIRKS
 from ..errors import CfgError
 from ..kernels.blas import adam_update_cpu, axpy_cpu, copy_cpu, sgd_update_cpu
 from ..kernels.fused import batchnorm_x_norm, bn_divisors
-from .memory import SizeError, buffer, full, reserve, zeros
+from .memory import SizeError, buffer, deferring, full, reserve, zeros
 
 
 @dataclass
@@ -124,12 +128,68 @@ class Layer:
 
     def _alloc_io(self):
         """output and delta, batch x outputs each, once the output is known to have pixels
-        and the memory budget allows them."""
+        and the memory budget allows them (delta deferred in a network built for inference)."""
         self.check_output_shape()
+        if deferring():
+            n = reserve(self.batch * self.outputs, np.float32,
+                        f"output ({self.batch} x {self.outputs} values)")
+            self.output = buffer(n)
+            self.defer("delta", n, f"delta ({self.batch} x {self.outputs} values)")
+            return
         n = reserve(2 * self.batch * self.outputs, np.float32,
                     f"output and delta ({self.batch} x {self.outputs} values each)") // 2
         self.output = buffer(n)
         self.delta = buffer(n)
+
+    # -- buffers only training reads (see memory.inference_only) -----------------------
+    def train_buffer(self, name: str, n: int, what: str | None = None, dtype=np.float32):
+        """self.<name> = zeros(n): now, or in a network built for inference when training
+        first reads it (a delta, weight gradients, batch norm's kept input...)."""
+        if deferring():
+            self.defer(name, n, what, dtype)
+        else:
+            setattr(self, name, zeros(n, what, dtype))
+
+    def train_alias(self, name: str, source: "Layer", source_name: str | None = None):
+        """self.<name> is source.<source_name>, the same array (Darknet aliases them: [dropout]
+        and [empty] take the previous layer's delta): now if the source has it, else when
+        first read, so an alias does not allocate what the source leaves for training."""
+        source_name = source_name or name
+        if source_name in vars(source) or source_name not in source.pending():
+            setattr(self, name, getattr(source, source_name))
+        else:
+            vars(self).pop(name, None)
+            vars(self).setdefault("_deferred", {})[name] = (source, source_name)
+
+    def defer(self, name: str, n: int, what: str | None = None, dtype=np.float32):
+        """self.<name> will be zeros(n, what, dtype) when first read."""
+        vars(self).pop(name, None)
+        vars(self).setdefault("_deferred", {})[name] = (int(n), what, dtype)
+
+    def pending(self) -> dict:
+        """The deferred buffers not yet allocated (nor set since), by name."""
+        deferred = vars(self).get("_deferred") or {}
+        return {k: v for k, v in deferred.items() if k not in vars(self)}
+
+    def pending_bytes(self) -> int:
+        return sum(spec[0] * np.dtype(spec[2]).itemsize for spec in self.pending().values()
+                   if not isinstance(spec[0], Layer))
+
+    def allocate_pending(self):
+        """Allocate every deferred buffer now (Network.prepare_training)."""
+        for name in list(self.pending()):
+            getattr(self, name)
+
+    def __getattr__(self, name):
+        """Only for names not set: a deferred buffer is allocated on its first read (the
+        entry stays: a shallow copy of the layer shares the dict and allocates its own)."""
+        deferred = vars(self).get("_deferred")
+        if not deferred or name not in deferred:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        spec = deferred[name]
+        value = getattr(spec[0], spec[1]) if isinstance(spec[0], Layer) else zeros(*spec)
+        vars(self)[name] = value
+        return value
 
     def check_output_shape(self):
         """An image output needs out_w, out_h, out_c >= 1 (a flat one leaves them 0); every
@@ -269,7 +329,8 @@ def alloc_params(l, nweights, n):
     """A layer's parameters as Darknet's make_*_layer allocates them: weights and n biases
     with their gradients, and with l.batch_normalize the batch-norm arrays."""
     l.nweights, l.nbiases = nweights, n
-    l.weights, l.weight_updates = zeros(nweights, "weights"), zeros(nweights, "weight updates")
+    l.weights = zeros(nweights, "weights")
+    l.train_buffer("weight_updates", nweights, "weight updates")
     l.biases, l.bias_updates = zeros(n, "biases"), zeros(n, "bias updates")
     if l.batch_normalize:
         alloc_batchnorm(l, n)

@@ -120,7 +120,7 @@ class BatchnormLayer(Layer):
         self.h = self.out_h = h
         self.inputs = self.outputs = w * h * self.c
         self._alloc_io()
-        self.x = zeros(self.batch * self.outputs)
+        self.train_buffer("x", self.batch * self.outputs, "batch norm's input")
 
     def forward(self, net):
         """forward_batchnorm_layer"""

@@ -9,7 +9,6 @@ from ..kernels.gemm import gemm
 from .activate import get_activation
 from .base import DEFAULT_QUIRKS, Layer, alloc_params, update_params
 from .batchnorm import backward_batchnorm, forward_batchnorm
-from .memory import zeros
 
 
 class ConnectedLayer(Layer):
@@ -27,7 +26,7 @@ class ConnectedLayer(Layer):
         self.batch_normalize = bool(batch_normalize)
         alloc_params(self, inputs * outputs, outputs)
         if self.batch_normalize:
-            self.x = zeros(batch * outputs)
+            self.train_buffer("x", batch * outputs, "batch norm's input")
         self.learning_rate_scale = 1.0
         self.quirks = DEFAULT_QUIRKS
         self._alloc_io()

@@ -72,7 +72,7 @@ def share_parameters(l, owner, where):
     if l.batch_normalize:
         names += ["scales", "scale_updates", "rolling_mean", "rolling_variance"]
     for name in names:
-        setattr(l, name, getattr(owner, name))
+        l.train_alias(name, owner)
     l.share_layer = owner
 
 

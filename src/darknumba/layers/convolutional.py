@@ -34,7 +34,6 @@ from .conv_plan import ConvPath, batched, direct_1x1, direct_thin, plan
 from .conv_winograd import backward_input_winograd, forward_winograd
 from .xnor import forward as forward_xnor
 from .xnor import read_xnor_keys, setup as setup_xnor, resize as resize_xnor
-from .memory import zeros
 
 # floats of the column matrix the batched backward builds at once (64 MB): images are taken
 # in chunks that fit, so early layers with large maps do not multiply memory by the batch
@@ -91,7 +90,7 @@ class ConvolutionalLayer(Layer):
         self.outputs = self.out_h * self.out_w * self.out_c
         self._alloc_io()
         if self.batch_normalize:
-            self.x = zeros(self.batch * self.outputs)
+            self.train_buffer("x", self.batch * self.outputs, "batch norm's input")
         self.workspace_size = 0 if self._direct_1x1() or self._direct_thin() else \
             self.out_h * self.out_w * self.size * self.size * self.c // self.groups
 

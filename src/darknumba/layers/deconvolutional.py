@@ -12,7 +12,6 @@ from ..kernels.fused import bias_activate
 from ..kernels.gemm import gemm
 from ..kernels.im2col import col2im_cpu, im2col_cpu
 from .base import DEFAULT_QUIRKS, Layer, require_image_input
-from .memory import zeros
 from .activate import get_activation
 from .base import alloc_params, update_params
 from .batchnorm import backward_batchnorm, forward_batchnorm
@@ -46,7 +45,7 @@ class DeconvolutionalLayer(Layer):
         self.outputs = self.out_w * self.out_h * self.n
         self._alloc_io()
         if self.batch_normalize:
-            self.x = zeros(self.batch * self.outputs)
+            self.train_buffer("x", self.batch * self.outputs, "batch norm's input")
         self.workspace_size = h * w * self.size * self.size * self.n
 
     @classmethod

@@ -4,7 +4,6 @@ scales the rest by 1/(1-p), in place."""
 import numpy as np
 
 from .base import Layer
-from .memory import zeros
 
 
 class DropoutLayer(Layer):
@@ -15,9 +14,9 @@ class DropoutLayer(Layer):
         self.batch, self.inputs, self.outputs = batch, inputs, inputs
         self.probability = probability
         self.scale = 1.0 / (1.0 - probability) if probability < 1 else 0.0
-        self.rand = zeros(batch * inputs)
+        self.train_buffer("rand", batch * inputs, "dropout draws")
         self.output = prev.output             # aliases, as in Darknet's parser
-        self.delta = prev.delta
+        self.train_alias("delta", prev)
         self.out_w, self.out_h, self.out_c = prev.out_w, prev.out_h, prev.out_c
         self.w, self.h, self.c = prev.out_w, prev.out_h, prev.out_c
         self.rng = np.random.default_rng(0)
@@ -34,7 +33,8 @@ class DropoutLayer(Layer):
     def resize_in(self, layers, w, h):
         """Its output and delta stay the previous layer's (aliases, as in Darknet)."""
         prev = layers[-1]
-        self.output, self.delta = prev.output, prev.delta
+        self.output = prev.output
+        self.train_alias("delta", prev)
 
     def forward(self, net):
         if not net.train:

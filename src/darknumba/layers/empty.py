@@ -16,7 +16,8 @@ class EmptyLayer(Layer):
         self.h = self.out_h = prev.out_h
         self.c = self.out_c = prev.out_c
         self.inputs = self.outputs = prev.outputs
-        self.output, self.delta = prev.output, prev.delta
+        self.output = prev.output
+        self.train_alias("delta", prev)
 
     @classmethod
     def from_cfg(cls, s, params):

@@ -43,11 +43,13 @@ class IsegLayer(Layer):
     def forward(self, net):
         """forward_iseg_layer"""
         copy_cpu(self.batch * self.outputs, net.input, self.output)
-        self.delta[:] = 0.0
         wh = self.w * self.h
         for b in range(self.batch):
             activate_array(self.output[b * self.outputs:], self.classes * wh, LOGISTIC)
-        if not net.train or net.truth is None:
+        if not net.train:       # Darknet zeroes delta here too; nothing reads it before training
+            return
+        self.delta[:] = 0.0
+        if net.truth is None:
             return
         self.check_truth(net)
         iseg_deltas(self.output, net.truth, self.batch, self.classes, self.ids, wh, self.truths,

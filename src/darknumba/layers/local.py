@@ -34,7 +34,7 @@ class LocalLayer(Layer):
         self.locations = self.out_h * self.out_w
         self.nweights = c * n * size * size * self.locations
         self.weights = zeros(self.nweights, "weights")
-        self.weight_updates = zeros(self.nweights, "weight updates")
+        self.train_buffer("weight_updates", self.nweights, "weight updates")
         self.biases = zeros(self.outputs, "biases")
         self.bias_updates = zeros(self.outputs, "bias updates")
         self.workspace_size = self.locations * size * size * c

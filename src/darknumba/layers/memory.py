@@ -7,6 +7,10 @@ While `parse_network_cfg` builds a network it sets a MemoryBudget: every layer's
 the recurrent layers) count towards a per-layer and a whole-network limit, and the shared
 workspace (the largest any layer asks for) towards the whole. Outside a build (a resize, a
 layer made directly) each single buffer is held to the per-layer limit.
+
+A network built for inference (`inference_only()`, as AlexeyAB's parser builds at a given
+batch) counts and allocates only what a forward pass needs; what training alone reads is
+allocated when training first needs it, checked against the same limit then.
 """
 from __future__ import annotations
 
@@ -96,6 +100,28 @@ def budget(max_bytes: int):
         yield b
     finally:
         _BUDGET.reset(token)
+
+
+_INFERENCE_ONLY = contextvars.ContextVar("darknumba_inference_only", default=False)
+
+
+@contextlib.contextmanager
+def inference_only(on: bool = True):
+    """Layers built (or resized) inside leave out what only training reads -- deltas, weight
+    gradients, the batch-norm input kept for backward, pooling winners, dropout draws -- as
+    AlexeyAB's parse_network_cfg_custom(cfg, batch > 0) builds for inference (`train = 0`): the
+    budget does not count them and they get no memory until training first reads them
+    (Layer.defer, Network.prepare_training). on=False: everything now, as for training."""
+    token = _INFERENCE_ONLY.set(bool(on))
+    try:
+        yield
+    finally:
+        _INFERENCE_ONLY.reset(token)
+
+
+def deferring() -> bool:
+    """Whether training-only buffers are being left for later (inside inference_only())."""
+    return _INFERENCE_ONLY.get() and not _SHAPES_ONLY.get()
 
 
 _SHAPES_ONLY = contextvars.ContextVar("darknumba_shapes_only", default=False)

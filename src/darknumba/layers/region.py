@@ -122,8 +122,10 @@ class RegionLayer(Layer):
             index = (self.coords + (0 if self.background else 1)) * wh
             softmax_cpu(net.input[index:], self.classes + self.background, self.batch * self.n,
                         self.inputs // self.n, wh, 1, wh, 1.0, self.output[index:])
+        if not net.train:       # Darknet zeroes delta here too; nothing reads it before training
+            return
         self.delta[:] = 0.0
-        if not net.train or net.truth is None:
+        if net.truth is None:
             return
         self.check_truth(net)
         stats = np.zeros(N_STATS, dtype=np.float64)

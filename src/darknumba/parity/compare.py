@@ -228,7 +228,7 @@ def compare_darknet(darknet_dir, cfg, weights, *, image=None, random_input=False
         raise DarknumbaError("give an IMAGE (or input tensor file) or --random-input, not both")
     if train and truth is None:
         raise DarknumbaError("--train needs --truth FILE (raw float32, .npy, or labels .txt)")
-    probe = parse_network_cfg(cfg, dialect=tree.kind)
+    probe = parse_network_cfg(cfg, dialect=tree.kind, seed=None, allocate=False)  # shapes only
     x = None
     is_image = image is not None and Path(image).suffix.lower() in IMAGE_SUFFIXES
     if image is not None and not is_image:
