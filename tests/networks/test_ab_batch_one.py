@@ -6,6 +6,9 @@
   hidden_filters, 3x3 pad 1). pjreddie's keeps the cfg's time_steps.
 * a short anchors list (cfg/cspx-p7-mish_hp.cfg: 31 values for num=16): both parse_yolo read
   what is there over make_yolo_layer's 0.5s, and AlexeyAB's ignores values past num*2.
+* a mask past num (cfg/cspx-p7-mish.cfg: mask=16,17,18,19, num=16, 40 anchor values): both
+  forks build it and read those anchors past their buffer; here a warning, and the anchors
+  list's values past num*2.
 """
 import warnings
 
@@ -107,3 +110,28 @@ def test_long_anchor_list_warns_and_is_cut(tmp_path, dialect):
 def test_full_anchor_list_gives_no_warning(tmp_path, dialect):
     _, msgs = _build(_cfg(tmp_path, YOLO.format("1,2,3,4,5,6,7,8")), batch=1, dialect=dialect)
     assert not [m for m in msgs if "anchors" in m]
+
+
+@pytest.mark.parametrize("dialect", ["pjreddie", "alexeyab"])
+def test_mask_past_num_warns_and_takes_the_lists_anchors(tmp_path, dialect):
+    path = _cfg(tmp_path, YOLO.replace("mask=0,1,2", "mask=3,4,5")
+                .format("1,2,3,4,5,6,7,8,9,10,11,12"))
+    net, msgs = _build(path, batch=1, dialect=dialect)
+    assert [m for m in msgs if "anchor" in m] == [
+        f"{path}:12: [yolo] mask: mask names anchors up to 5, past num=4; Darknet reads them "
+        f"past its 8 anchor values (whatever memory holds there), darknumba from the anchors "
+        f"list"]
+    l = net.layers[1]
+    np.testing.assert_array_equal(l.biases, np.arange(1, 13, dtype=np.float32))
+    assert l.total == 4 and list(l.mask) == [3, 4, 5]
+    x = np.random.default_rng(0).random(net.inputs, dtype=np.float32)
+    assert np.isfinite(net.predict(x)).all()
+
+
+def test_mask_past_a_short_list_leaves_half(tmp_path):
+    path = _cfg(tmp_path, YOLO.replace("mask=0,1,2", "mask=3,4,5").format("1,2,3,4,5,6,7,8,9"))
+    net, msgs = _build(path, batch=1, dialect="alexeyab")
+    assert any(m.endswith("darknumba from the anchors list where it has them (9 values), else "
+                          "0.5") for m in msgs)
+    np.testing.assert_array_equal(net.layers[1].biases,
+                                  np.float32([1, 2, 3, 4, 5, 6, 7, 8, 9, .5, .5, .5]))

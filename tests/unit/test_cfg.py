@@ -55,7 +55,7 @@ def test_conv_defaults(tmp_path):
     ("[maxpool]\n[shortcut]\nfrom=-4\n", r"\[shortcut\] from: layer index -4"),
     ("[convolutional]\nfilters=20\n[yolo]\nclasses=2\nmask=0,1,2\nnum=3\n",
      r"\[yolo\]: the layer before this yolo layer has 20 filters, but \(classes\+5\)\*len\(mask\) = \(2\+5\)\*3 = 21"),
-    ("[convolutional]\nfilters=21\n[yolo]\nclasses=2\nmask=0,1,5\nnum=3\n", r"\[yolo\] mask: mask \[0, 1, 5\] names anchors outside"),
+    ("[convolutional]\nfilters=21\n[yolo]\nclasses=2\nmask=0,-1,5\nnum=3\n", r"\[yolo\] mask: mask \[0, -1, 5\] names a negative anchor"),
     ("[convolutional]\ngroups=2\nfilters=4\n", r"groups: input channels \(3\) and filters \(4\) must both be divisible"),
     ("[connected]\noutput=10\n[softmax]\n[convolutional]\n", r"layer 2 needs an image input"),
 ])

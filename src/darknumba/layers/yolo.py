@@ -37,6 +37,24 @@ def _warn_anchor_count(s, total, found):
                              f"values, found {found}; {what}"), stacklevel=5)
 
 
+def anchor_slots(total, mask) -> int:
+    """Anchors the layer holds: num, or more when the mask names anchors past num."""
+    return max(total, max(mask, default=-1) + 1)
+
+
+def _warn_mask_past_num(s, mask, total, found):
+    """Both forks build a mask past num (AlexeyAB's cspx-p7-mish.cfg: mask=16,17,18,19 with
+    num=16) and read those anchors past their num*2 values, whatever memory holds there; here
+    they are the anchors list's values past num*2 (0.5 past its end). Outputs do not depend on
+    anchors, boxes and losses do."""
+    hi = max(mask)
+    have = "from the anchors list" if found >= 2 * (hi + 1) else \
+        f"from the anchors list where it has them ({found} values), else 0.5"
+    warnings.warn(CfgWarning(f"{s.where('mask')}: mask names anchors up to {hi}, past num={total}; "
+                             f"Darknet reads them past its {2 * total} anchor values (whatever "
+                             f"memory holds there), darknumba {have}"), stacklevel=5)
+
+
 class YoloLayer(Layer):
     type = "yolo"
     detector_head = makes_detections = True
@@ -45,7 +63,7 @@ class YoloLayer(Layer):
         self.batch, self.w, self.h = batch, w, h
         self.n, self.total, self.classes = n, total, classes
         self.mask = np.asarray(mask if mask is not None else range(n), dtype=np.int32)
-        self.biases = full(total * 2, 0.5, "anchors")
+        self.biases = full(2 * anchor_slots(total, self.mask), 0.5, "anchors")
         if anchors is not None:
             self.biases[:len(anchors)] = anchors
         self.max_boxes = 90
@@ -91,16 +109,19 @@ class YoloLayer(Layer):
         mask = s.find_list("mask", int, None)
         n = len(mask) if mask else total
         anchors = s.find_list("anchors", float, None, above=0)
-        if mask and any(m < 0 or m >= total for m in mask):
-            raise s.error("mask", f"mask {mask} names anchors outside 0..{total - 1} (num={total})")
-        if anchors is not None and len(anchors) != 2 * total:
+        if mask and min(mask) < 0:
+            raise s.error("mask", f"mask {mask} names a negative anchor (num={total})")
+        slots = anchor_slots(total, mask or ())
+        if slots > total:
+            _warn_mask_past_num(s, mask, total, len(anchors) if anchors else 0)
+        elif anchors is not None and len(anchors) != 2 * total:
             _warn_anchor_count(s, total, len(anchors))
         expected = n * (classes + 5)
         if params.c != expected:
             raise s.error(None, f"the layer before this yolo layer has {params.c} filters, but "
                                 f"(classes+5)*len(mask) = ({classes}+5)*{n} = {expected} are needed")
         return cls(params.batch, params.w, params.h, n, total, mask, classes,
-                   anchors[:2 * total] if anchors else None)
+                   anchors[:2 * slots] if anchors else None)
 
     def resize(self, w, h):
         self.w, self.h = w, h
