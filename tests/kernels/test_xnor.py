@@ -58,7 +58,9 @@ def _packed_conv(x, weights, c, h, w, n, size, stride, pad, gemm=xnor.xnor_gemm_
     mean = np.empty(n, np.float32)
     xnor.mean_arr_cpu(binary, n, c * size * size, mean)
     out = np.full(n * out_h * out_w, np.nan, np.float32)
-    gemm(n, out_h * out_w, L, c * size * size, bits, cols, mean, out)
+    counts = np.full(n * out_h * out_w, 9, np.uint64)        # stale counts: must be reset
+    gemm(n, out_h * out_w, L, c * size * size, bits, cols, mean, np.zeros(n, np.float32),
+         counts, out)
     return out.reshape(n, out_h, out_w)
 
 
@@ -103,8 +105,8 @@ def test_bit_convolution_equals_a_float_gemm_of_signs_inside(c, h, w, n, size, s
 
 
 def test_popcount_gemm_on_random_words_equals_unpacked_bits():
-    """The GEMM alone on random rows whose last word holds K % 64 bits: the 4-pixel blocks
-    and the tail, against numpy's unpacked bits."""
+    """The GEMM alone on random rows whose last word holds K % 64 bits, against numpy's
+    unpacked bits."""
     M, N, L = 7, 11, 3
     K = L * 64 - 23
     A, B = _words(M * L), _words(N * L)
@@ -115,8 +117,10 @@ def test_popcount_gemm_on_random_words_equals_unpacked_bits():
     bits_a = np.unpackbits(A.view(np.uint8), bitorder="little").reshape(M, -1)[:, :K]
     bits_b = np.unpackbits(B.view(np.uint8), bitorder="little").reshape(N, -1)[:, :K]
     s = (2 * bits_a.astype(np.int64) - 1) @ (2 * bits_b.astype(np.int64) - 1).T
-    expected = s.astype(np.float32) * mean[:, None]
+    shift = RNG.normal(0, 1, M).astype(np.float32)
+    expected = s.astype(np.float32) * mean[:, None] + shift[:, None]
+    Bt = np.ascontiguousarray(B.reshape(N, L).T).reshape(-1)      # word t of each pixel
     for gemm in (xnor.xnor_gemm_cpu, xnor.xnor_gemm_naive_cpu):
         C = np.full(M * N, np.nan, np.float32)
-        gemm(M, N, L, K, A, B, mean, C)
+        gemm(M, N, L, K, A, Bt, mean, shift, np.full(M * N, 5, np.uint64), C)
         np.testing.assert_array_equal(C.reshape(M, N), expected)

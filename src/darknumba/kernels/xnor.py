@@ -12,15 +12,16 @@ else -mean; input x as +1 when x > 0, else -1. Two ways to compute it:
   at the borders the two ways differ (AlexeyAB's own quirk, kept: see layers/xnor.py).
 
 Bit layout (ours; any order of the K products gives the same integer sums): the input is
-packed channels-innermost, ceil(c / 64) words a pixel (pack_input_cpu), a column row is one
-output pixel's size*size taps of those words (im2col_bits_cpu), a weight row is its filter's
-taps in the same order (pack_weights_cpu). The channels past c in a tap's last word are 0 in
-both, so they never differ: with diff = popcount(a ^ b) summed over a row,
+packed channels-innermost, ceil(c / 64) words a pixel (pack_input_cpu); word t = (ky, kx, cw)
+of every output pixel's taps, pixels side by side, is row t of the columns (im2col_bits_cpu);
+a weight row is its filter's words in the same order t (pack_weights_cpu). The channels past
+c in a tap's last word are 0 in both, so they never differ: with diff = popcount(a ^ b) summed
+over a filter's words and a pixel's,
 
-    output = (K - 2*diff) * mean        (K = size*size*c; AlexeyAB's (2*count - K) * mean_val
+    output = (K - 2*diff) * mean + bias (K = size*size*c; AlexeyAB's (2*count - K) * mean_val
                                          with count = K - diff, the same integer)
 
-     M: filters (n)      N: output pixels (out_h*out_w)      L: words a row (size*size*nwc)
+     M: filters (n)      N: output pixels (out_h*out_w)      L: words a filter (size*size*nwc)
 """
 import numpy as np
 from numba import njit, prange, types
@@ -116,70 +117,62 @@ def pack_input_cpu(im, c, hw, nwc, packed):
 
 @njit(parallel=True, cache=True)
 def im2col_bits_cpu(packed, h, w, nwc, size, stride, pad, out_h, out_w, cols):
-    """The column rows of packed signs: row p = (oy, ox) holds, tap by tap (ky, kx), the nwc
-    words of input pixel (oy*stride - pad + ky, ox*stride - pad + kx), or 0 words (all -1)
-    for a tap in the padding. cols: out_h*out_w*size*size*nwc uint64 (written whole)."""
-    L = size * size * nwc
+    """The columns of packed signs, L = size*size*nwc rows of N = out_h*out_w words: word
+    t = (ky, kx, cw) of pixel p = (oy, ox) is word cw of input pixel (oy*stride - pad + ky,
+    ox*stride - pad + kx), or 0 (all -1) for a tap in the padding. cols: L*N uint64 (written
+    whole); parallel over output rows, each owning its pixels' words."""
+    N = out_h * out_w
     for oy in prange(out_h):
         for ox in range(out_w):
-            row = (oy * out_w + ox) * L
+            p = oy * out_w + ox
             for ky in range(size):
                 iy = oy * stride - pad + ky
                 for kx in range(size):
                     ix = ox * stride - pad + kx
-                    dst = row + (ky * size + kx) * nwc
+                    t0 = (ky * size + kx) * nwc
                     if 0 <= iy < h and 0 <= ix < w:
                         src = (iy * w + ix) * nwc
                         for cw in range(nwc):
-                            cols[dst + cw] = packed[src + cw]
+                            cols[(t0 + cw) * N + p] = packed[src + cw]
                     else:
                         for cw in range(nwc):
-                            cols[dst + cw] = np.uint64(0)
+                            cols[(t0 + cw) * N + p] = np.uint64(0)
 
 
 @njit(parallel=True, cache=True)
-def xnor_gemm_cpu(M, N, L, K, A, B, mean_arr, C):
-    """C (M x N) = (K - 2 * popcount(A_i ^ B_j)) * mean_arr[i] for filter rows A (M x L words)
-    and pixel rows B (N x L words): AlexeyAB's gemm_nn_custom_bin_mean_transposed. Parallel
-    over filters (each owns its row of C); four pixels at a time share each filter word."""
+def xnor_gemm_cpu(M, N, L, K, A, B, alpha, beta, counts, C):
+    """C (M x N) = (K - 2 * popcount(A_i ^ B_j)) * alpha[i] + beta[i] for filter rows A (M x L
+    words) and pixel columns B (L x N words: word t of every pixel side by side): AlexeyAB's
+    gemm_nn_custom_bin_mean_transposed (alpha: the filter's mean |w|) and its add_bias (beta),
+    batch norm folded into both where the layer has it. Parallel over filters, each owning its
+    row of C and of `counts` (M x N uint64 the caller owns, where the popcounts are summed).
+    The pixel loop runs over contiguous words, which LLVM vectorises (AVX2's byte-table
+    popcount, 4 words a step): 1.5 ms for 256 filters x 2304 taps x 676 pixels here against
+    2.2 ms with one POPCNT a word and four pixels sharing each filter word."""
     for i in prange(M):
-        a0 = i * L
-        mean = mean_arr[i]
-        out = i * N
-        j = 0
-        while j + 4 <= N:
-            b0, b1, b2, b3 = j * L, (j + 1) * L, (j + 2) * L, (j + 3) * L
-            d0 = d1 = d2 = d3 = np.uint64(0)
-            for t in range(L):
-                a = A[a0 + t]
-                d0 += popcount64(a ^ B[b0 + t])
-                d1 += popcount64(a ^ B[b1 + t])
-                d2 += popcount64(a ^ B[b2 + t])
-                d3 += popcount64(a ^ B[b3 + t])
-            C[out + j] = np.float32(K - 2 * np.int64(d0)) * mean
-            C[out + j + 1] = np.float32(K - 2 * np.int64(d1)) * mean
-            C[out + j + 2] = np.float32(K - 2 * np.int64(d2)) * mean
-            C[out + j + 3] = np.float32(K - 2 * np.int64(d3)) * mean
-            j += 4
-        while j < N:
-            d = np.uint64(0)
-            b0 = j * L
-            for t in range(L):
-                d += popcount64(A[a0 + t] ^ B[b0 + t])
-            C[out + j] = np.float32(K - 2 * np.int64(d)) * mean
-            j += 1
+        acc = counts[i * N:(i + 1) * N]
+        acc[:] = 0
+        for t in range(L):
+            a = A[i * L + t]
+            row = B[t * N:(t + 1) * N]
+            for j in range(N):
+                acc[j] += popcount64(a ^ row[j])
+        scale, shift = alpha[i], beta[i]
+        for j in range(N):
+            C[i * N + j] = np.float32(K - 2 * np.int64(acc[j])) * scale + shift
 
 
 @njit(cache=True)
-def xnor_gemm_naive_cpu(M, N, L, K, A, B, mean_arr, C):
+def xnor_gemm_naive_cpu(M, N, L, K, A, B, alpha, beta, counts, C):
     """The serial twin of xnor_gemm_cpu, its spec: bit by bit, +1 for equal bits, -1 for
-    different ones, the 0 bits past a row's last channel counted as equal and taken out."""
+    different ones, the 0 bits past a row's last channel counted as equal and taken out
+    (`counts` unused: the fast kernel's signature)."""
     for i in range(M):
         for j in range(N):
             s = 0
             for t in range(L * WORD):
                 a = (A[i * L + t // WORD] >> np.uint64(t % WORD)) & np.uint64(1)
-                b = (B[j * L + t // WORD] >> np.uint64(t % WORD)) & np.uint64(1)
+                b = (B[(t // WORD) * N + j] >> np.uint64(t % WORD)) & np.uint64(1)
                 s += 1 if a == b else -1
             s -= L * WORD - K
-            C[i * N + j] = np.float32(s) * mean_arr[i]
+            C[i * N + j] = np.float32(s) * alpha[i] + beta[i]

@@ -19,8 +19,10 @@ How a binary layer runs, as in the C:
     - bin_output=1 makes the activation linear (unless a [route], [shortcut], [scale_channels]
       or [sam] reads the layer: AlexeyAB's parser clears bin_output there). The next xnor layer
       reads only signs, and leaky keeps them, so its output does not change.
-  Batch norm is AlexeyAB's folded (fuse_conv_batchnorm runs first); we apply it after the
-  popcount GEMM instead, the same numbers up to float32 rounding, the weights left as loaded.
+  Batch norm is folded, as AlexeyAB's fuse_conv_batchnorm does before: each filter's output is
+  (K - 2 * popcount) * mean * s + (bias - rolling_mean * s), s = scale / sqrt(variance + eps)
+  (a negative s flips the filter's signs in AlexeyAB's folded weights: the same product), the
+  weights themselves left as loaded.
   Bugs of its CPU bit path, under compat="darknet-cpu" only (quirks.xnor_cpu_bugs): it
   computes only the batch's first image (the others get the bias and activation of 0), and
   with c % 32 != 0 it packs the input only for a 3x3 stride-1 pad-1 layer (im2col_cpu_custom_bin
@@ -45,12 +47,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DarknumbaError
-from ..kernels.activations import LINEAR
-from ..kernels.fused import bias_activate
 from ..kernels.xnor import (binarize_cpu, binarize_weights_cpu, im2col_bits_cpu, mean_arr_cpu,
                             pack_input_cpu, pack_weights_cpu, words_per_pixel, xnor_gemm_cpu)
-from .activate import activate_output, epilogue_activation
-from .batchnorm import forward_batchnorm
+from .activate import activate_output
+from .batchnorm import bn_divisor
 from .memory import zeros
 
 # layers whose parse clears bin_output of the layers they read (AlexeyAB's parse_network_cfg)
@@ -124,6 +124,13 @@ def binary_align_weights(l):
     pack_weights_cpu(l.weights, l.n, l.c, l.size, nwc, l.bit_weights)
     l.bit_input = zeros(l.h * l.w * nwc, "xnor packed input", dtype=np.uint64)
     l.bit_cols = zeros(l.out_h * l.out_w * l.bit_words, "xnor packed columns", dtype=np.uint64)
+    l.bit_counts = zeros(l.n * l.out_h * l.out_w, "xnor popcounts", dtype=np.uint64)
+    if l.batch_normalize:           # fuse_conv_batchnorm, in float64 as AlexeyAB's
+        s = l.scales.astype(np.float64) / bn_divisor(l, l.rolling_variance)
+        l.bit_alpha = (l.mean_arr * s).astype(np.float32)
+        l.bit_beta = (l.biases - l.rolling_mean * s).astype(np.float32)
+    else:
+        l.bit_alpha, l.bit_beta = l.mean_arr.copy(), l.biases.copy()
 
 
 def defined_in_ab(l) -> bool:
@@ -134,8 +141,8 @@ def defined_in_ab(l) -> bool:
 
 def forward_bits(l, net):
     """AlexeyAB's bit-packed forward: per image, the input's signs packed, the columns of
-    packed taps, the XNOR-popcount GEMM times each filter's mean; then batch norm (rolling
-    statistics) or biases, and the activation (linear under bin_output)."""
+    packed taps, the XNOR-popcount GEMM times each filter's mean plus its bias (batch norm
+    folded in); then the activation (none under bin_output)."""
     if l.bit_weights is None:
         binary_align_weights(l)
     nwc = words_per_pixel(l.c)
@@ -143,8 +150,8 @@ def forward_bits(l, net):
     K = l.size * l.size * l.c
     bugs = l.quirks.xnor_cpu_bugs
     images = 1 if bugs else l.batch
-    if bugs:
-        l.output[:l.batch * l.outputs] = 0.0
+    if bugs:            # the other images: the bias (and batch norm) of 0
+        l.output[:l.batch * l.outputs].reshape(l.batch, l.n, n_out)[:] = l.bit_beta[:, None]
     for b in range(images):
         im = net.input[b * l.inputs:(b + 1) * l.inputs]
         if bugs and not defined_in_ab(l):
@@ -153,20 +160,10 @@ def forward_bits(l, net):
             pack_input_cpu(im, l.c, hw, nwc, l.bit_input)
             im2col_bits_cpu(l.bit_input, l.h, l.w, nwc, l.size, l.stride, l.pad, l.out_h,
                             l.out_w, l.bit_cols)
-        xnor_gemm_cpu(l.n, n_out, l.bit_words, K, l.bit_weights, l.bit_cols, l.mean_arr,
-                      l.output[b * l.outputs:(b + 1) * l.outputs])
-    activation = l.activation_id
-    if l.use_bin_output:
-        l.activation_id = LINEAR
-    try:
-        if l.batch_normalize:
-            forward_batchnorm(l, net)
-        else:
-            act = epilogue_activation(l, False)
-            bias_activate(l.output, l.biases, l.batch, l.n, n_out, act)
-            activate_output(l, False, act)
-    finally:
-        l.activation_id = activation
+        xnor_gemm_cpu(l.n, n_out, l.bit_words, K, l.bit_weights, l.bit_cols, l.bit_alpha,
+                      l.bit_beta, l.bit_counts, l.output[b * l.outputs:(b + 1) * l.outputs])
+    if not l.use_bin_output:
+        activate_output(l, False)
 
 
 def calculate_binary_weights(net):
