@@ -197,13 +197,15 @@ def _get(l, name):
 
 
 def _ab_bflops(l, row: ABRow) -> float:
-    """What AlexeyAB counts for the layer: a convolution's own count; a max/avg pool
-    size*size*c*out_h*out_w, a shortcut out_w*out_h*out_c*(its number of inputs), as its
-    maxpool_layer.c and shortcut_layer.c do (pjreddie's table prints none for either)."""
+    """What AlexeyAB counts for the layer: a convolution's own count (an xnor one's / 32); a
+    max/avg pool size*size*c*out_h*out_w, a shortcut out_w*out_h*out_c*(its number of inputs),
+    as its maxpool_layer.c and shortcut_layer.c do (pjreddie's table prints none for either)."""
     if row.kind == "pool":
         return l.size * l.size * l.c * l.out_h * l.out_w / 1e9
     if row.kind == "shortcut":
         return l.out_w * l.out_h * l.out_c * len(row.fields["layers"]) / 1e9
+    if getattr(l, "xnor", False):       # make_convolutional_layer: an xnor layer's count / 32
+        return l.bflops / 32
     return l.bflops
 
 
