@@ -33,8 +33,10 @@ def _check_decoder(value):
 
 
 def _check_compat(value):
-    if value is not None and value != "darknet-cpu":
-        raise typer.BadParameter(f"takes darknet-cpu, not {value!r}")
+    from ..dialect import COMPAT_MODES
+    if value not in COMPAT_MODES:
+        raise typer.BadParameter(f"takes {', '.join(m for m in COMPAT_MODES if m)}, "
+                                 f"not {value!r}")
     return value
 
 
