@@ -80,3 +80,25 @@ def test_live_alexeyab_run_passes_every_layer(tmp_path, name, run):
                             str(d / "init.weights"), *args, "--json"])
     report = json.loads(r.stdout[r.stdout.index("{"):])
     assert r.exit_code == 0 and report["passed"], report["verdict"]
+
+
+@pytest.mark.parametrize("name, filters", [("ab-gaussian", ("33", "36")),
+                                           ("ab-contrastive", ("21", "24"))])
+def test_detector_train_runs_the_networks(tmp_path, name, filters):
+    """`detector train` on the tiny shapes set (3 classes): a Gaussian network, and a [yolo]
+    network whose last layer is the [contrastive] loss (AlexeyAB's train_detector takes its
+    last detection layer wherever it is)."""
+    from tiny_data import shapes_set
+    data = shapes_set(tmp_path, 8, seed=5)
+    cfg = tmp_path / f"{name}.cfg"
+    cfg.write_text((FIX / name / f"{name}.cfg").read_text()
+                   .replace("classes=2", "classes=3")
+                   .replace(f"filters={filters[0]}", f"filters={filters[1]}")
+                   .replace("contrastive=1", "contrastive=0"))
+    r = runner.invoke(app, ["detector", "train", str(data), str(cfg), "--max-batches", "2",
+                            "--no-chart", "--no-progress", "--backup", str(tmp_path / "bk"),
+                            "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    losses = [float(m.group(1)) for m in re.finditer(r"^\d+: ([\d.]+),", r.output, re.M)]
+    assert len(losses) == 2 and all(np.isfinite(losses))
+    assert (tmp_path / "bk" / f"{name}_final.weights").exists()

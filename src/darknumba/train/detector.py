@@ -215,7 +215,10 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     par = opts.parallel or OneProcess()
     net = training_network(cfgfile, opts, log, batch=par.network_batch(cfgfile, opts))
     par.setup(net, log)
-    last = net.layers[-1]
+    heads = [l for l in net.layers if l.detector_head]
+    # AlexeyAB's train_detector takes its last [yolo] / [Gaussian_yolo] / [region] wherever it
+    # is (a [contrastive] loss may follow it); pjreddie's takes the last layer
+    last = heads[-1] if heads and net.quirks.train_detector_alexeyab else net.layers[-1]
     if not last.detector_head:
         # YOLOv1's [detection] wants Darknet's per-cell truth grid (load_data_region): not yet
         raise DarknumbaError(f"{cfgfile}: the last layer is [{last.type}]; detector training "
