@@ -50,7 +50,7 @@ def _packed_conv(x, weights, c, h, w, n, size, stride, pad, gemm=xnor.xnor_gemm_
     bits = np.full(n * L, 7, np.uint64)                   # stale words: must be overwritten
     xnor.pack_weights_cpu(weights, n, c, size, nwc, bits)
     packed = np.full(h * w * nwc, 5, np.uint64)
-    xnor.pack_input_cpu(x, c, h * w, nwc, packed)
+    xnor.pack_input_cpu(x, c, h, w, nwc, packed)
     cols = np.full(out_h * out_w * L, 3, np.uint64)
     xnor.im2col_bits_cpu(packed, h, w, nwc, size, stride, pad, out_h, out_w, cols)
     binary = np.empty_like(weights)

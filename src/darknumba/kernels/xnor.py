@@ -102,9 +102,12 @@ def pack_weights_cpu(weights, n, c, size, nwc, bits):
 
 
 @njit(parallel=True, cache=True)
-def pack_input_cpu(im, c, hw, nwc, packed):
+def pack_input_cpu(im, c, h, w, nwc, packed):
     """One image's signs (x > 0: 1), channels innermost: bit j of word (p, cw) is channel
-    cw*64 + j of pixel p. im: c x hw float32; packed: hw*nwc uint64 (written whole)."""
+    cw*64 + j of pixel p. im: c x h x w float32; packed: h*w*nwc uint64 (written whole).
+    Parallel over pixels, each word built in a register (faster here than OR-ing bits into
+    memory along the rows, though that reads the image contiguously)."""
+    hw = h * w
     for p in prange(hw):
         for cw in range(nwc):
             v = np.uint64(0)
@@ -120,23 +123,21 @@ def im2col_bits_cpu(packed, h, w, nwc, size, stride, pad, out_h, out_w, cols):
     """The columns of packed signs, L = size*size*nwc rows of N = out_h*out_w words: word
     t = (ky, kx, cw) of pixel p = (oy, ox) is word cw of input pixel (oy*stride - pad + ky,
     ox*stride - pad + kx), or 0 (all -1) for a tap in the padding. cols: L*N uint64 (written
-    whole); parallel over output rows, each owning its pixels' words."""
+    whole); parallel over the rows t, each written along its pixels."""
     N = out_h * out_w
-    for oy in prange(out_h):
-        for ox in range(out_w):
-            p = oy * out_w + ox
-            for ky in range(size):
-                iy = oy * stride - pad + ky
-                for kx in range(size):
-                    ix = ox * stride - pad + kx
-                    t0 = (ky * size + kx) * nwc
-                    if 0 <= iy < h and 0 <= ix < w:
-                        src = (iy * w + ix) * nwc
-                        for cw in range(nwc):
-                            cols[(t0 + cw) * N + p] = packed[src + cw]
-                    else:
-                        for cw in range(nwc):
-                            cols[(t0 + cw) * N + p] = np.uint64(0)
+    for t in prange(size * size * nwc):
+        cw = t % nwc
+        kx = (t // nwc) % size
+        ky = t // (nwc * size)
+        dst = t * N
+        for oy in range(out_h):
+            iy = oy * stride - pad + ky
+            for ox in range(out_w):
+                ix = ox * stride - pad + kx
+                v = np.uint64(0)
+                if 0 <= iy < h and 0 <= ix < w:
+                    v = packed[(iy * w + ix) * nwc + cw]
+                cols[dst + oy * out_w + ox] = v
 
 
 @njit(parallel=True, cache=True)

@@ -146,7 +146,7 @@ def forward_bits(l, net):
     if l.bit_weights is None:
         binary_align_weights(l)
     nwc = words_per_pixel(l.c)
-    hw, n_out = l.h * l.w, l.out_h * l.out_w
+    n_out = l.out_h * l.out_w
     K = l.size * l.size * l.c
     bugs = l.quirks.xnor_cpu_bugs
     images = 1 if bugs else l.batch
@@ -157,7 +157,7 @@ def forward_bits(l, net):
         if bugs and not defined_in_ab(l):
             l.bit_cols[:] = 0
         else:
-            pack_input_cpu(im, l.c, hw, nwc, l.bit_input)
+            pack_input_cpu(im, l.c, l.h, l.w, nwc, l.bit_input)
             im2col_bits_cpu(l.bit_input, l.h, l.w, nwc, l.size, l.stride, l.pad, l.out_h,
                             l.out_w, l.bit_cols)
         xnor_gemm_cpu(l.n, n_out, l.bit_words, K, l.bit_weights, l.bit_cols, l.bit_alpha,
