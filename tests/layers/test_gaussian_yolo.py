@@ -13,7 +13,7 @@ from naive import gaussian_yolo as naive
 from darknumba.cfg import parse_cfg_text
 from darknumba.dialect import quirks_for
 from darknumba.errors import CfgError, DataError
-from darknumba.kernels.box_ab import GIOU, GREEDY_NMS, IOU, MSE
+from darknumba.kernels.box_ab import DEFAULT_NMS, GIOU, GREEDY_NMS, IOU, MSE
 from darknumba.kernels.gaussian_yolo import gaussian_delta_squares
 from darknumba.layers import LAYER_TYPES
 from darknumba.layers.base import SizeParams
@@ -69,12 +69,12 @@ def test_keys_and_defaults():
     assert (l.max_boxes, l.truths, l.random) == (20, 120, 1.0)
     np.testing.assert_allclose(l.classes_multipliers, [4, 2, 1])
     assert not s.unused()
+    assert build("nms_kind=cornersnms")[0].nms_kind == DEFAULT_NMS    # what its C computes
 
 
 @pytest.mark.parametrize("extra, match", [
     ("", r"has 30 filters, but \(classes\+9\)\*len\(mask\) = \(3\+9\)\*3 = 36"),
     ("yolo_point=middle", "yolo_point: expected one of center, left_top, right_bottom"),
-    ("nms_kind=cornersnms", "cornersnms .* is not supported"),
 ])
 def test_bad_cfg_is_a_clear_error(extra, match):
     with pytest.raises(CfgError, match=match):

@@ -31,8 +31,10 @@ from .yolo_ab import (FLT_MAX, IOU_KINDS, AbYoloLayer, _choice, _class_map,
                       _classes_multipliers)
 
 POINTS = {"center": YOLO_CENTER, "left_top": YOLO_LEFT_TOP, "right_bottom": YOLO_RIGHT_BOTTOM}
-# cornersnms merges the corner points of boxes from left_top / right_bottom heads: not here
-NMS_KINDS = {"default": DEFAULT_NMS, "greedynms": GREEDY_NMS, "diounms": DIOU_NMS}
+# cornersnms: AlexeyAB's diounms_sort suppresses by plain IoU for it (its merging of corner
+# points is commented out), which is what do_nms_sort does, in the same order
+NMS_KINDS = {"default": DEFAULT_NMS, "greedynms": GREEDY_NMS, "diounms": DIOU_NMS,
+             "cornersnms": DEFAULT_NMS}
 
 
 class GaussianYoloLayer(AbYoloLayer):
@@ -42,8 +44,7 @@ class GaussianYoloLayer(AbYoloLayer):
     cls_normalizer 1, delta_normalizer 1 (GPU only), iou_loss mse, iou_thresh_kind iou,
     beta_nms 0.6, nms_kind default, yolo_point center, jitter 0.2, resize 1, ignore_thresh 0.5,
     truth_thresh 1, iou_thresh 1 (off), random 0, map. An unknown iou_loss, iou_thresh_kind,
-    nms_kind or yolo_point is an error (AlexeyAB falls back silently); nms_kind=cornersnms is
-    refused (not implemented here)."""
+    nms_kind or yolo_point is an error (AlexeyAB falls back silently)."""
     type = "gaussian_yolo"
 
     def __init__(self, batch, w, h, n, total, mask, classes, anchors=None, max_boxes=200):
@@ -95,10 +96,6 @@ class GaussianYoloLayer(AbYoloLayer):
         l.iou_thresh_kind = _choice(s, "iou_thresh_kind", "iou",
                                     {k: v for k, v in IOU_KINDS.items() if k != "mse"})
         l.beta_nms = s.find_float("beta_nms", 0.6)
-        if s.find_str("nms_kind", "default") == "cornersnms":
-            raise s.error("nms_kind", "cornersnms (AlexeyAB's NMS over left_top / right_bottom "
-                                      "heads) is not supported; use default, greedynms or "
-                                      "diounms")
         l.nms_kind = _choice(s, "nms_kind", "default", NMS_KINDS)
         l.yolo_point = _choice(s, "yolo_point", "center", POINTS)
         l.jitter = s.find_float("jitter", 0.2)
