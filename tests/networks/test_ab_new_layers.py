@@ -17,8 +17,10 @@ from darknumba.cli import app
 from darknumba.parity.compare import compare_npz
 
 FIX = ROOT / "tests" / "fixtures" / "ab"
-RUNS = [("ab-gaussian", "forward_test"), ("ab-gaussian", "trainstep"),
-        ("ab-contrastive", "trainstep")]
+# (folder, cfg, recorded run)
+RUNS = [("ab-gaussian", "ab-gaussian", "forward_test"), ("ab-gaussian", "ab-gaussian", "trainstep"),
+        ("ab-gaussian", "ab-gaussian-b", "trainstep-b"),
+        ("ab-contrastive", "ab-contrastive", "trainstep")]
 runner = CliRunner()
 
 
@@ -26,14 +28,14 @@ def judged_layers(report) -> set:
     return {r.layer for r in report.rows if r.judged and r.layer is not None}
 
 
-@pytest.mark.parametrize("name, run", RUNS)
-def test_recorded_alexeyab_run_passes_every_layer(name, run):
+@pytest.mark.parametrize("name, cfg, run", RUNS)
+def test_recorded_alexeyab_run_passes_every_layer(name, cfg, run):
     d = FIX / name
-    report, ours, ref = compare_npz(d / f"{run}.npz", d / f"{name}.cfg", d / "init.weights")
+    report, ours, ref = compare_npz(d / f"{run}.npz", d / f"{cfg}.cfg", d / "init.weights")
     assert report.passed, report.verdict()
     n = len(ours["meta"]["layers"])
     assert judged_layers(report) == set(range(n))
-    if run == "trainstep":
+    if run.startswith("trainstep"):
         heads = [i for i, l in enumerate(ours["meta"]["layers"])
                  if l["type"] in ("gaussian_yolo", "contrastive")]
         for i in heads:
@@ -66,17 +68,17 @@ def test_gaussian_detector_test_prints_alexeyabs_lines(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, run", RUNS)
-def test_live_alexeyab_run_passes_every_layer(tmp_path, name, run):
+@pytest.mark.parametrize("name, cfg, run", RUNS)
+def test_live_alexeyab_run_passes_every_layer(tmp_path, name, cfg, run):
     ab = darknet_ab_dir()
     d = FIX / name
     ref = np.load(d / f"{run}.npz")
     np.save(tmp_path / "x.npy", ref["input"])
     args = [str(tmp_path / "x.npy")]
-    if run == "trainstep":
+    if run.startswith("trainstep"):
         np.save(tmp_path / "t.npy", ref["truth"])
         args += ["--train", "--truth", str(tmp_path / "t.npy")]
-    r = runner.invoke(app, ["compare", "--darknet", str(ab), str(d / f"{name}.cfg"),
+    r = runner.invoke(app, ["compare", "--darknet", str(ab), str(d / f"{cfg}.cfg"),
                             str(d / "init.weights"), *args, "--json"])
     report = json.loads(r.stdout[r.stdout.index("{"):])
     assert r.exit_code == 0 and report["passed"], report["verdict"]
