@@ -20,7 +20,8 @@ FIX = ROOT / "tests" / "fixtures" / "ab"
 # (folder, cfg, recorded run)
 RUNS = [("ab-gaussian", "ab-gaussian", "forward_test"), ("ab-gaussian", "ab-gaussian", "trainstep"),
         ("ab-gaussian", "ab-gaussian-b", "trainstep-b"),
-        ("ab-contrastive", "ab-contrastive", "trainstep")]
+        ("ab-contrastive", "ab-contrastive", "trainstep"),
+        ("ab-contrastive", "ab-contrastive-b", "trainstep-b")]
 runner = CliRunner()
 
 
