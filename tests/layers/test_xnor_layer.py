@@ -2,6 +2,7 @@
 weights and +-1 inputs, its backward against the float layer's with the real weights and input
 (both Darknets' CPU gradient), AlexeyAB's bit way against numpy (tests/naive/xnor.py), its
 bin_output and calculate_binary_weights rules, and its CPU bugs under compat="darknet-cpu"."""
+import naive
 import numpy as np
 import pytest
 from naive.xnor import binarize_weights, signs, xnor_conv_bits
@@ -195,3 +196,30 @@ def test_alexeyab_cpu_float_way_has_no_defined_result_under_compat(tmp_path):
         net.forward(x, train=True)
     calculate_binary_weights(net)
     assert np.isfinite(net.forward(x)).all()
+
+
+def test_alexeyab_crnn_xnor_binarises_its_convolutions(tmp_path):
+    """[crnn] xnor=1 (AlexeyAB's make_crnn_layer passes xnor to its three convolutions, groups
+    forced to 1): at one time step from a zero state, its input convolution is the float one of
+    the input's signs and the binarised weights; the self convolution reads the zero state as
+    all -1, the output convolution the signs of the summed state."""
+    body = ("[crnn]\nxnor=1\nbatch_normalize=0\noutput=4\nhidden=6\nsize=3\npad=1\ngroups=2\n"
+            "activation=linear\n")
+    net, rng = build(tmp_path, body, batch=1, c=4)
+    l = net.layers[0]
+    parts = (l.input_layer, l.self_layer, l.output_layer)
+    assert all(p.xnor and p.groups == 1 for p in parts)
+    for p in parts:
+        p.weights[:] = rng.normal(0, 1, p.weights.size)
+        p.biases[:] = rng.normal(0, 0.2, p.biases.size)
+    x = rng.normal(0, 1, net.inputs).astype(np.float32)
+    net.forward(x)
+
+    def conv(inp, p):
+        return naive.conv_forward(signs(inp).astype(np.float32), binarize_weights(p.weights, p.n),
+                                  p.biases, 1, p.c, 5, 6, p.n, 3, 1, 1, 1).reshape(-1)
+    a = conv(x, l.input_layer)
+    s = conv(np.zeros(l.self_layer.inputs, np.float32), l.self_layer)
+    np.testing.assert_allclose(l.input_layer.output, a, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(l.output_layer.output, conv(a + s, l.output_layer), rtol=1e-4,
+                               atol=1e-4)
