@@ -220,3 +220,44 @@ def test_kernel_loads_times_every_cache_load(tmp_path):
     m = re.search(r"parallel kernels: (\d+), (\d+) ms", out)
     assert m and int(m.group(1)) == len(par), out
     assert abs(int(m.group(2)) - sum(float(r[-1]) for r in par)) <= 1 + 0.01 * int(m.group(2))
+
+
+@pytest.mark.slow
+def test_layer_peers_maps_onnxruntimes_nodes_to_every_layer():
+    """bench/layer_peers.py: a row per darknumba layer with positive times, every convolution's
+    onnxruntime Conv node mapped to it (none left without a layer but the reorders), and the
+    rows' sums matching the totals line."""
+    out = run("layer_peers.py", "--cfg", TINY, "--size", "96", "--threads", "1", "--runs", "1",
+              "--reps", "2", "--warmup", "0", timeout=600)
+    assert_header(out)
+    lines = out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("## per layer")) + 1
+    assert lines[start].split()[:17] == ["layer", "type", "path", "GFLOP", "dn", "ms", "dn", "min",
+                                         "dn", "cpu", "ort", "ms", "ort", "min", "ort", "cpu",
+                                         "cpu"], out
+    rows = {}
+    for ln in lines[start + 1:]:
+        if not ln.strip()[:1].isdigit():
+            break
+        cells = ln.split()
+        rows[int(cells[0])] = cells
+    import darknumba as dn
+    net = dn.load_network(TINY, None, batch=1)
+    assert sorted(rows) == list(range(len(net.layers))), out
+    dn_ms = 0.0
+    for i, l in enumerate(net.layers):
+        cells = rows[i]
+        assert cells[1] == l.type, out
+        assert cells[2] == (l.forward_path(net) or "-"), out
+        ms, low, cpu, ort, ort_low, ort_cpu = (float(cells[k]) for k in range(4, 10))
+        assert 0 < low <= ms and cpu > 0 and ort_low <= ort and ort_cpu <= 1.05 * ort, out
+        dn_ms += ms
+        if l.type in ("convolutional", "maxpool"):
+            assert ort > 0 and cells[-1].split("+")[0] in ("Conv", "MaxPool"), out
+    other = [ln for ln in lines[start:] if "(no layer)" in ln]
+    assert all(set(ln.split()[-1].split("+")) <= {"ReorderInput", "ReorderOutput"}
+               for ln in other), out
+    total = next(ln for ln in lines[start:] if "sum of rows" in ln).split()
+    assert abs(float(total[5]) - dn_ms) <= 0.01 + 1e-3 * dn_ms, out
+    assert re.search(r"whole forward, median: darknumba [\d.]+ ms wall, [\d.]+ ms CPU; "
+                     r"onnxruntime [\d.]+ \(profiling on\) [\d.]+ ms wall", out), out

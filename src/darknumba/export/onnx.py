@@ -264,7 +264,9 @@ def build_onnx(net, fuse_bn: bool = True, decode: bool = False, dynamic: bool = 
             exportable = ", ".join(f"[{t}]" for t in LAYER_BUILDERS)
             raise ExportError(f"{ctx.where(i)}: [{l.type}] layers are not exportable to ONNX "
                               f"(exportable: {exportable})")
+        first = len(g.nodes)
         ctx.tensors.append(builder(g, l, i, ctx))
+        _name_nodes(g.nodes[first:], i)
     onnx = g.onnx
     f32 = onnx.TensorProto.FLOAT
     batch = "batch" if dynamic else net.batch
@@ -282,6 +284,16 @@ def build_onnx(net, fuse_bn: bool = True, decode: bool = False, dynamic: bool = 
         meta.update(iou_threshold=nms[0], score_threshold=nms[1],
                     detections=",".join(DETECTION_COLUMNS))
     return g.model(inputs, outputs, doc="Darknet network exported by darknumba", metadata=meta)
+
+
+def _name_nodes(nodes, i):
+    """Name layer i's nodes `L<i>.<op>` (a second node of the same op `L<i>.<op>.2`, ...): a
+    profiler's per-node times (onnxruntime's enable_profiling, bench/layer_peers.py) and a graph
+    viewer then name the Darknet layer each node computes."""
+    seen = {}
+    for node in nodes:
+        k = seen[node.op_type] = seen.get(node.op_type, 0) + 1
+        node.name = f"L{i}.{node.op_type}" + (f".{k}" if k > 1 else "")
 
 
 def _raw_outputs(g, ctx, outs, batch, dynamic):
