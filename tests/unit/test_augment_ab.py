@@ -415,3 +415,44 @@ def test_loader_refuses_a_grey_network_for_alexeyab_augmentation(tmp_path):
     with pytest.raises(CfgError, match=r"built for 3-channel images; this network has "
                                        r"channels=1"):
         DetectionLoader(ds, 4, AbAugmentConfig(), AbMultiScale(64, 64, 0, 32, 0, 10), channels=1)
+
+
+@pytest.mark.parametrize("jit_flip, color", [(False, False), (True, True)])
+def test_contrastive_pairs_one_picture(jit_flip, color):
+    """[net] contrastive=1 (get_random_paths_custom): positions 2k, 2k+1 of each loader
+    thread's share hold one picture (the same track ids), whose crop and flip they share
+    unless contrastive_jit_flip and whose colour unless contrastive_color; the rest of each
+    image's draws (the crop's scale, mosaic) are its own."""
+    scenes = [_scene(s) for s in range(6)]
+    picked = {}
+
+    def draw(rng):
+        j = int(rng.integers(len(scenes)))
+        im, boxes = scenes[j]
+        return im, boxes, 1000 * (j + 1)
+    a = AbAugmentConfig(jitter=0.3, resize=1.0, hue=0.1, saturation=1.5, exposure=1.5, flip=True,
+                        contrastive=True, contrastive_jit_flip=jit_flip, contrastive_color=color)
+    X, T = load_data_detection_ab(RNG(1), draw, 12, 64, 64, a,        # 6 shares of 2
+                                  image_rng=lambda p: RNG([7, p]),
+                                  pair_rng=lambda p: RNG([7, p, 1]))
+    pictures = [{int(t) // 1000 for t in T[p].reshape(200, 6)[:, 5] if t} for p in range(12)]
+    same_image = []
+    for share in thread_shares(12):
+        for p in list(share)[1::2]:
+            assert len(pictures[p]) == 1 and pictures[p] == pictures[p - 1]
+            same_image.append(np.array_equal(X[p], X[p - 1]))
+    # resize=1: no scale draws, so sharing crop, flip and colour gives the very same image
+    assert all(same_image) == (not jit_flip and not color)
+    assert len(set().union(*pictures)) > 1
+    with pytest.raises(ValueError, match="pair_rng"):
+        load_data_detection_ab(RNG(1), draw, 4, 64, 64, a)
+
+
+def test_contrastive_config_from_network(tmp_path):
+    """AlexeyAB's train_detector also cuts its loader threads to mini-batch / 2 (each thread
+    then holds whole pairs)."""
+    net = _ab_net(tmp_path, contrastive=1, contrastive_color=1, batch=8, subdivisions=2)
+    a = AbAugmentConfig.from_network(net)
+    assert (a.contrastive, a.contrastive_jit_flip, a.contrastive_color) == (True, False, True)
+    assert net.batch == 4 and a.threads == 2
+    assert AbAugmentConfig.from_network(_ab_net(tmp_path)).threads is None

@@ -146,9 +146,11 @@ class DetectionLoader:
             def draw(rng):
                 j, im = self.draw_image(rng)
                 return im, self.ds.boxes[j], self.track_bases[j]
+            def pair_rng(position):
+                return np.random.default_rng([self.seed, k, position, 1])
             return load_data_detection_ab(np.random.default_rng([self.seed, k]), draw,
                                           self.images, w, h, self.aug, self.positions,
-                                          image_rng)
+                                          image_rng, pair_rng)
         X = np.empty((len(self.positions), self.channels, h, w), dtype=np.float32)
         T = np.zeros((len(self.positions), self.aug.max_boxes * 5), dtype=np.float32)
         for i, position in enumerate(self.positions):

@@ -43,16 +43,22 @@ class AbAugmentConfig:
     mosaic_bound: bool = False    # clip mosaic truths to their own quarter
     max_boxes: int = 200
     truth_size: int = TRUTH_SIZE
+    # [net] contrastive=1: images come in pairs of one picture (positions 2k, 2k+1 of a loader
+    # thread's share, get_random_paths_custom), sharing their crop and flip unless
+    # contrastive_jit_flip, their hue, saturation and exposure unless contrastive_color
+    contrastive: bool = False
+    contrastive_jit_flip: bool = False
+    contrastive_color: bool = False
+    threads: int | None = None    # loader threads sharing a batch (None: 6; contrastive=1:
+                                  # at most mini-batch / 2, so that each holds whole pairs)
 
     @classmethod
     def from_network(cls, net, log=None):
         """AlexeyAB's parser turns mosaic/cutmix/mixup into one mode (mosaic wins over mixup;
         cutmix is for classifiers: load_data_detection drops it with a message, as here)."""
-        for key in ("track", "contrastive"):
-            if getattr(net, key):
-                raise DarknumbaError(f"{net.cfg_path}: [net] {key}=1 (AlexeyAB's "
-                                     f"{'video tracking' if key == 'track' else 'contrastive'} "
-                                     f"training) is not supported for detector training yet")
+        if net.track:
+            raise DarknumbaError(f"{net.cfg_path}: [net] track=1 (AlexeyAB's video tracking "
+                                 f"training) is not supported for detector training yet")
         last = [l for l in net.layers if l.detector_head][-1]
         mode = int(net.mixup)
         if net.cutmix and not net.mosaic:
@@ -70,7 +76,11 @@ class AbAugmentConfig:
                    letter_box=bool(net.letter_box),
                    mosaic_bound=bool(net.mosaic_bound),
                    max_boxes=int(getattr(last, "max_boxes", 200)),
-                   truth_size=int(getattr(last, "truth_size", TRUTH_SIZE)))
+                   truth_size=int(getattr(last, "truth_size", TRUTH_SIZE)),
+                   contrastive=bool(net.contrastive),
+                   contrastive_jit_flip=bool(net.contrastive_jit_flip),
+                   contrastive_color=bool(net.contrastive_color),
+                   threads=max(1, min(6, net.batch // 2)) if net.contrastive else None)
 
 
 @dataclass
@@ -92,20 +102,23 @@ def _between(lo, hi, r):
     return r * (hi - lo) + lo
 
 
-def jitter_crop(rng, ow, oh, w, h, a: AbAugmentConfig, quarter: int | None = None) -> Crop:
+def jitter_crop(rng, ow, oh, w, h, a: AbAugmentConfig, quarter: int | None = None,
+                shared=None) -> Crop:
     """load_data_detection's crop window for an ow x oh image on a w x h network. `quarter`
     (0..3: top-left, top-right, bottom-left, bottom-right) is the mosaic quarter the image
     goes to: half the time the window's outer sides are put on the image's edges (AlexeyAB's
     "move each 2nd image to the corner"), so that the quarter shows mostly picture.
-    C truncates each side to an int after every step; so do we."""
+    C truncates each side to an int after every step; so do we. `shared`: where the side
+    jitters and the flip are drawn instead of rng (a contrastive pair's common draws)."""
     dw, dh = int(ow * a.jitter), int(oh * a.jitter)
     down = 1 / a.resize if a.resize > 1 else a.resize
     up = 1 / a.resize if a.resize < 1 else a.resize
     min_rdw, min_rdh = int(ow * (1 - 1 / down) / 2), int(oh * (1 - 1 / down) / 2)   # <= 0
     max_rdw, max_rdh = int(ow * (1 - 1 / up) / 2), int(oh * (1 - 1 / up) / 2)       # >= 0
     rs1, rs2 = rng.random(), rng.random()
-    r1, r2, r3, r4 = rng.random(4)
-    flip = bool(a.flip and rng.integers(2))
+    src = rng if shared is None else shared
+    r1, r2, r3, r4 = src.random(4)
+    flip = bool(a.flip and src.integers(2))
     pleft, pright = int(_between(-dw, dw, r1)), int(_between(-dw, dw, r2))
     ptop, pbot = int(_between(-dh, dh, r3)), int(_between(-dh, dh, r4))
     hi_w, hi_h = (0, 0) if a.resize < 1 else (max_rdw, max_rdh)
@@ -320,14 +333,19 @@ def add_gaussian_noise(rng, im, sigma: int):
 
 
 # -- one image ---------------------------------------------------------------------------------
-def augment_ab(rng, im, boxes, track_base, w, h, a: AbAugmentConfig, quarter=None):
+def augment_ab(rng, im, boxes, track_base, w, h, a: AbAugmentConfig, quarter=None,
+               pair_rng=None):
     """One image as load_data_detection prepares it: returns (image (3, h, w) float32, truth
-    (max_boxes, 6) float32, the Crop used)."""
+    (max_boxes, 6) float32, the Crop used). pair_rng (contrastive=1): the generator both
+    images of a pair draw their common crop and colour from."""
     _, oh, ow = im.shape
-    crop = jitter_crop(rng, ow, oh, w, h, a, quarter)
-    dhue = rng.uniform(-a.hue, a.hue) if a.hue else 0.0
-    dsat = rand_scale(rng, a.saturation)
-    dexp = rand_scale(rng, a.exposure)
+    pair = pair_rng is not None
+    crop = jitter_crop(rng, ow, oh, w, h, a, quarter,
+                       pair_rng if pair and not a.contrastive_jit_flip else None)
+    csrc = pair_rng if pair and not a.contrastive_color else rng
+    dhue = csrc.uniform(-a.hue, a.hue) if a.hue else 0.0
+    dsat = rand_scale(csrc, a.saturation)
+    dexp = rand_scale(csrc, a.exposure)
     blur = 0
     if a.blur:
         blur = (0, 1, a.blur)[int(rng.integers(3))]   # none, background, AlexeyAB's `blur`

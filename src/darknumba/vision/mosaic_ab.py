@@ -120,38 +120,47 @@ def blend_truth_mosaic(truth, new, w, h, cut_x, cut_y, q, shifts, mosaic_bound=F
 
 
 def load_data_detection_ab(rng, draw, n: int, w: int, h: int, a: AbAugmentConfig,
-                           positions=None, image_rng=None):
+                           positions=None, image_rng=None, pair_rng=None):
     """A batch of n images at w x h as AlexeyAB's loader makes it. draw(rng) gives the next
     random training image: (image (3, ih, iw) float32, boxes (k, 5) [x, y, w, h, class],
     track id base). Returns X (n, 3, h, w) float32 and truths (n, max_boxes * 6) float32: of
     the images at `positions` of the batch only, if given (a data-parallel rank's share). The
     mosaic / mixup choice of each loader thread's share comes from rng; every image's draws
-    from image_rng(position) if given, else from rng, image after image."""
+    from image_rng(position) if given, else from rng, image after image. With a.contrastive,
+    the two images of a pair (a thread share's positions 2k, 2k+1, get_random_paths_custom)
+    draw their pictures and their common augmentation from pair_rng(first position)."""
     positions = range(n) if positions is None else positions
+    if a.contrastive and pair_rng is None:
+        raise ValueError("contrastive=1 needs pair_rng, the generator of each image pair")
+    shares = thread_shares(n, a.threads or LOADER_THREADS)
+    first = {p: p - (p - share.start) % 2 for share in shares for p in share}
     X = np.zeros((len(positions), 3, h, w), np.float32)
     T = np.zeros((len(positions), a.max_boxes, a.truth_size), np.float32)
     modes = np.zeros(n, np.int64)
-    for share in thread_shares(n):
+    for share in shares:
         modes[share.start:share.stop] = a.mixup if rng.integers(2) else 0
     mode = modes[list(positions)]
     for i, position in enumerate(positions):
         if image_rng is not None:
             rng = image_rng(position)
+        prng = pair_rng(first[position]) if a.contrastive else None
+        src = rng if prng is None else prng        # where the pictures are drawn
         if mode[i] == 3:
             cut_x = int(rng.integers(int(w * MOSAIC_MIN_OFFSET), int(w * (1 - MOSAIC_MIN_OFFSET)) + 1))
             cut_y = int(rng.integers(int(h * MOSAIC_MIN_OFFSET), int(h * (1 - MOSAIC_MIN_OFFSET)) + 1))
             for q in range(4):
-                im, boxes, track = draw(rng)
-                ai, truth, crop = augment_ab(rng, im, boxes, track, w, h, a, quarter=q)
+                im, boxes, track = draw(src)
+                ai, truth, crop = augment_ab(rng, im, boxes, track, w, h, a, quarter=q,
+                                             pair_rng=prng)
                 s = mosaic_shifts(crop, w, h, cut_x, cut_y)
                 paste_quarter(X[i], ai, q, cut_x, cut_y, s)
                 blend_truth_mosaic(T[i], truth, w, h, cut_x, cut_y, q, s, a.mosaic_bound)
             continue
-        im, boxes, track = draw(rng)
-        X[i], T[i], _ = augment_ab(rng, im, boxes, track, w, h, a)
+        im, boxes, track = draw(src)
+        X[i], T[i], _ = augment_ab(rng, im, boxes, track, w, h, a, pair_rng=prng)
         if mode[i] == 1:
-            im, boxes, track = draw(rng)
-            ai, truth, _ = augment_ab(rng, im, boxes, track, w, h, a)
+            im, boxes, track = draw(src)
+            ai, truth, _ = augment_ab(rng, im, boxes, track, w, h, a, pair_rng=prng)
             X[i] = 0.5 * ai + 0.5 * X[i]
             blend_truth(T[i], truth)
     return X, T.reshape(len(positions), -1)
