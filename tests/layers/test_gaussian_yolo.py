@@ -170,6 +170,14 @@ def test_gaussian_deltas_descend_the_negative_log_likelihood():
         assert l.delta[k] == pytest.approx(-0.5 * scale * norm * grad, rel=2e-3, abs=1e-5), e
 
 
+def test_stats_line_without_truths_prints_cs_nan():
+    l, _ = build(batch=1)
+    l.forward(SimpleNamespace(input=np.zeros(l.outputs, f32), train=True,
+                              truth=np.zeros(l.truths, f32), w=NET, h=NET, index=4))
+    assert l.stats_line().startswith("Region 4 Avg IOU: -nan, Class: -nan, Obj: -nan, "
+                                     "No Obj: 0.500000, .5R: -nan, .75R: -nan,  count: 0, ")
+
+
 def test_bad_truth_is_a_clear_error():
     l, _ = build(batch=1)
     truth = truth_of(l, [[(0.5, 0.5, 0.2, 0.2, 7)]])

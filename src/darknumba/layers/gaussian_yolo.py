@@ -173,9 +173,10 @@ class GaussianYoloLayer(AbYoloLayer):
         s = self.stats
         if s is None:
             return ""
-        return (f"Region {s['index']} Avg IOU: {s['avg_iou']:f}, Class: {s['class']:f}, "
-                f"Obj: {s['obj']:f}, No Obj: {s['no_obj']:f}, .5R: {s['recall50']:f}, "
-                f".75R: {s['recall75']:f},  count: {s['count']}, class_loss = "
+        f = {k: _c_float(v) for k, v in s.items() if isinstance(v, float)}
+        return (f"Region {s['index']} Avg IOU: {f['avg_iou']}, Class: {f['class']}, "
+                f"Obj: {f['obj']}, No Obj: {f['no_obj']}, .5R: {f['recall50']}, "
+                f".75R: {f['recall75']},  count: {s['count']}, class_loss = "
                 f"{s['class_loss']:.2f}, iou_loss = {s['iou_loss']:.2f}, uc_loss = "
                 f"{s['uc_loss']:.2f}, total_loss = {s['loss']:.2f}")
 
@@ -208,6 +209,12 @@ class GaussianYoloLayer(AbYoloLayer):
 
     def describe(self):
         return "Gaussian_yolo"
+
+
+def _c_float(v: float) -> str:
+    """printf's %f of the C's float: 0.f / 0 (no truth in the batch) is x86's default NaN,
+    whose sign bit is set: glibc prints -nan."""
+    return "-nan" if math.isnan(v) else f"{v:f}"
 
 
 def _mag_squared(sum_sq):
