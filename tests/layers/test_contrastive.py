@@ -56,6 +56,10 @@ def test_detector_mode_matches_the_reference():
     assert np.abs(delta).max() > 1e-3
     np.testing.assert_allclose(l.delta, delta, rtol=1e-4, atol=1e-6)
     assert l.accuracy == acc and l.stats["samples"] == 12
+    a = l.stats["all"]
+    assert l.stats_line() == (f" Contrast accuracy = {acc:f} %, all = {a}, good = "
+                              f"{l.stats['good']}, same = {a}, diff = {a} \n contrastive loss "
+                              f"= {l.cost:f} ")
     assert l.cost == pytest.approx(cost, rel=1e-5)
     np.testing.assert_array_equal(l.output, inp)          # the GPU build's copy
 

@@ -108,6 +108,9 @@ class Layer:
     # a detector's head ([yolo], [region]): its loss reads (x, y, w, h, class) truths, it has
     # a stats_line(), and the last one's random=, jitter= and nms_kind drive training and NMS
     detector_head = False
+    # a loss layer besides the heads whose training forward also has a stats_line()
+    # ([contrastive]: AlexeyAB's "Contrast accuracy" lines)
+    reports_stats = False
     # get_network_boxes reads it ([yolo], [region], [detection]): see detections()
     makes_detections = False
     # its state carries from one mini-batch to the next ([rnn], [gru], [lstm], [crnn]): see

@@ -36,6 +36,7 @@ class ContrastiveLayer(Layer):
     (0: the classifier mode), temperature 1, cls_normalizer 1, max_delta FLT_MAX,
     contrastive_neg_max 3; steps = [net] time_steps."""
     type = "contrastive"
+    reports_stats = True
 
     def __init__(self, batch, w, h, c, classes, n, embedding_size, yolo_layer=None):
         self.batch, self.w, self.h, self.c = batch, w, h, c
@@ -199,6 +200,17 @@ class ContrastiveLayer(Layer):
         self.cost = float(f(float(f(np.sqrt(np.float64(total)))) ** 2))
         self.stats = {"index": net.index, "accuracy": self.accuracy, "pairs": int(valid.sum()),
                       "samples": K, "all": all_sims, "good": good}
+
+    def stats_line(self) -> str:
+        """What AlexeyAB's forward prints: ` Contrast accuracy = A %, all = N, good = G, same =
+        N, diff = N ` and ` contrastive loss = C ` (same and diff count the samples that have
+        both kinds of partner, as all does)."""
+        s = self.stats
+        if s is None:
+            return ""
+        n = s["all"]
+        return (f" Contrast accuracy = {s['accuracy']:f} %, all = {n}, good = {s['good']}, "
+                f"same = {n}, diff = {n} \n contrastive loss = {self.cost:f} ")
 
     def backward(self, net):
         """backward_contrastive_layer: delta added into the input's."""

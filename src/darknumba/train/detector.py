@@ -145,8 +145,10 @@ def backup_folder(dc, backup: str | None) -> str:
 
 
 def yolo_stats_lines(net) -> list[str]:
-    """Each yolo (or region) layer's `Region NN Avg IOU ...` line from its last training forward."""
-    return [l.stats_line() for l in net.layers if l.detector_head and l.stats_line()]
+    """Each yolo (or region) layer's `Region NN Avg IOU ...` line from its last training forward
+    (and a [contrastive] layer's lines), in layer order."""
+    return [l.stats_line() for l in net.layers
+            if (l.detector_head or l.reports_stats) and l.stats_line()]
 
 
 class StopFlag:
