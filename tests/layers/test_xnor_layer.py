@@ -223,3 +223,16 @@ def test_alexeyab_crnn_xnor_binarises_its_convolutions(tmp_path):
     np.testing.assert_allclose(l.input_layer.output, a, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(l.output_layer.output, conv(a + s, l.output_layer), rtol=1e-4,
                                atol=1e-4)
+
+
+def test_the_planner_names_the_bit_kernels(tmp_path):
+    """compile_ahead's warm-cache check asks the planner which kernels a layer's forward runs:
+    on the xnor path, the packing, the bit columns and the popcount GEMM (biases and batch norm
+    fused into it)."""
+    from darknumba.kernels import xnor as kx
+    from darknumba.layers import conv_plan
+    net, _ = build(tmp_path, conv(8))
+    calculate_binary_weights(net)
+    l = net.layers[0]
+    assert conv_plan.forward_kernels(l, l.forward_path(net)) == [
+        kx.pack_input_cpu, kx.im2col_bits_cpu, kx.xnor_gemm_cpu]

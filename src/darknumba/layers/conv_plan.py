@@ -214,10 +214,10 @@ def kernels(path: ConvPath, backward: bool = False) -> tuple:
 
 def forward_kernels(l, path: ConvPath) -> list:
     """Every main kernel convolution `l`'s test-mode forward calls on `path`: kernels(path),
-    then, but on the direct path (which fuses them), the biases or batch norm and the
+    then, but on the direct and xnor paths (which fuse them), the biases or batch norm and the
     activation in one sweep."""
     path = ConvPath(path)
-    if path is ConvPath.DIRECT:
+    if path in (ConvPath.DIRECT, ConvPath.XNOR):    # their biases / batch norm are fused in
         return list(kernels(path))
     return list(kernels(path)) + [fused.batchnorm_bias_activate if l.batch_normalize
                                   else fused.bias_activate.pick(l.batch * l.outputs)]
