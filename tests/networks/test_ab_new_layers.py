@@ -13,8 +13,9 @@ import pytest
 from conftest import ROOT, darknet_ab_dir
 from typer.testing import CliRunner
 
+import darknumba as dn
 from darknumba.cli import app
-from darknumba.parity.compare import compare_npz
+from darknumba.parity.compare import compare_npz, read_truth
 
 FIX = ROOT / "tests" / "fixtures" / "ab"
 # (folder, cfg, recorded run)
@@ -105,3 +106,14 @@ def test_detector_train_runs_the_networks(tmp_path, name, filters):
     losses = [float(m.group(1)) for m in re.finditer(r"^\d+: ([\d.]+),", r.output, re.M)]
     assert len(losses) == 2 and all(np.isfinite(losses))
     assert (tmp_path / "bk" / f"{name}_final.weights").exists()
+
+
+def test_label_file_truth_for_a_network_ending_in_contrastive(tmp_path):
+    """compare --truth labels.txt reads the last detection layer's layout (AlexeyAB's 6
+    values), past a [contrastive] loss after it."""
+    net = dn.parse_network_cfg(FIX / "ab-contrastive" / "ab-contrastive.cfg", seed=None,
+                               allocate=False)
+    labels = tmp_path / "l.txt"
+    labels.write_text("1 0.5 0.25 0.2 0.1\n")
+    t = read_truth(labels, net).reshape(net.batch, 200, 6)
+    np.testing.assert_array_equal(t[:, 0], np.float32([[0.5, 0.25, 0.2, 0.1, 1, 0]] * 4))

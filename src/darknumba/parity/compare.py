@@ -187,7 +187,8 @@ def read_truth(path, net) -> np.ndarray:
     region net a Darknet label file (`class x y w h` per line, relative to the network input)."""
     path = Path(path)
     if path.suffix == ".txt":
-        last = net.layers[-1]
+        heads = [l for l in net.layers if l.detector_head]
+        last = heads[-1] if heads else net.layers[-1]     # a [contrastive] loss may follow
         if not last.detector_head:     # both read (x, y, w, h, class) per box
             raise DarknumbaError(f"{path}: label .txt files are read for [yolo] and [region] "
                                  f"networks only; give the truth as raw float32 or .npy")
