@@ -19,11 +19,14 @@ machine hits both sides alike), each timing `reps` forwards after `warmup`:
   ReorderInput / ReorderOutput it inserts) to the layer of the node that feeds it, read from the
   optimised graph onnxruntime saves.
 
-Every figure is a median over all runs x reps. `--threads 1` (NUMBA_NUM_THREADS, OMP_NUM_THREADS
-and OPENBLAS_NUM_THREADS = 1 for darknumba, intra_op_num_threads = 1 for onnxruntime) takes
-the fight for the 2 cores out of the comparison: on a busy machine compare the CPU-time columns
-(a preempted thread's wall time grows, its CPU time does not). onnxruntime's per-node times are
-wall times (its profiler's); its whole-run CPU time is given beside its wall time.
+Each figure is the median or the minimum over all runs x reps. `--threads 1`
+(NUMBA_NUM_THREADS, OMP_NUM_THREADS and OPENBLAS_NUM_THREADS = 1 for darknumba,
+intra_op_num_threads = 1 for onnxruntime) takes the fight for the 2 cores out of the comparison.
+On a busy machine a preempted rep's wall time grows: darknumba's CPU time per layer (process_time)
+does not, but onnxruntime's profiler has wall times only, so the layers are compared by their
+minimum wall times (the reps that ran undisturbed; a long node, past a scheduler time slice, is
+rarely undisturbed on a loaded machine: its minimum then overstates it). The whole forward is
+given in wall and CPU time for both sides.
 """
 from __future__ import annotations
 
@@ -176,8 +179,8 @@ def _median(xs):
 
 
 def table(dn_runs, ort_runs, top: int) -> list[str]:
-    """The rows: one per darknumba layer, then the totals and the `top` biggest losses (by CPU
-    time: on a busy machine a preempted process's wall time grows, its CPU time does not)."""
+    """The rows: one per darknumba layer, then the totals and the `top` biggest losses, by the
+    minimum wall times (onnxruntime's profiler has no CPU time per node)."""
     layers = dn_runs[0]["layers"]
     n = len(layers)
 
@@ -186,11 +189,9 @@ def table(dn_runs, ort_runs, top: int) -> list[str]:
     dn_wall = [stat(_median, dn_runs, "wall", i) for i in range(n)]
     dn_min = [stat(min, dn_runs, "wall", i) for i in range(n)]
     dn_cpu = [stat(_median, dn_runs, "cpu", i) for i in range(n)]
-    # onnxruntime's profiler gives wall times; its CPU time per node is estimated as the node's
-    # wall time times its run's CPU / wall (the run's preemption spread evenly over its nodes)
-    share = [c / w if w > 0 else 1.0 for run in ort_runs for c, w in zip(run["total_cpu"],
-                                                                           run["total"])]
-    ort_ms, ort_min, ort_cpu = [0.0] * (n + 1), [0.0] * (n + 1), [0.0] * (n + 1)
+    # onnxruntime's profiler gives wall times only: its minimum over the reps is the figure
+    # least touched by preemption (a rep that ran undisturbed), so the comparison is of minimums
+    ort_ms, ort_min = [0.0] * (n + 1), [0.0] * (n + 1)
     ort_ops = [[] for _ in range(n + 1)]               # index n: nodes of no layer
     first = ort_runs[0]
     for name in first["nodes"]:
@@ -199,18 +200,14 @@ def table(dn_runs, ort_runs, top: int) -> list[str]:
         i = n if i is None or not 0 <= i < n else i
         ort_ms[i] += _median(times)
         ort_min[i] += min(times, default=0.0)
-        if len(times) == len(share):
-            ort_cpu[i] += _median([t * f for t, f in zip(times, share)])
         ort_ops[i].append(first["ops"][name])
     rows = [f"{'layer':>5} {'type':<14}{'path':<12}{'GFLOP':>7}{'dn ms':>9}{'dn min':>9}"
-            f"{'dn cpu':>9}{'ort ms':>9}{'ort min':>9}{'ort cpu':>9}{'cpu dn-ort':>11}"
-            f"{'dn/ort':>8}  ort nodes"]
+            f"{'dn cpu':>9}{'ort ms':>9}{'ort min':>9}{'min dn-ort':>11}{'dn/ort':>8}  ort nodes"]
 
     def row(i, label, path, gflop, dn):
-        d = dn[2] - ort_cpu[i]
-        ratio = f"{dn[2] / ort_cpu[i]:8.2f}" if ort_cpu[i] > 0 else f"{'-':>8}"
+        ratio = f"{dn[1] / ort_min[i]:8.2f}" if ort_min[i] > 0 else f"{'-':>8}"
         return (f"{label:<20}{path:<12}{gflop:7.3f}{dn[0]:9.3f}{dn[1]:9.3f}{dn[2]:9.3f}"
-                f"{ort_ms[i]:9.3f}{ort_min[i]:9.3f}{ort_cpu[i]:9.3f}{d:11.3f}{ratio}")
+                f"{ort_ms[i]:9.3f}{ort_min[i]:9.3f}{dn[1] - ort_min[i]:11.3f}{ratio}")
     for i, l in enumerate(layers):
         rows.append(row(i, f"{i:5d} {l['type']:<14}", l["path"] or "-", l["gflop"],
                         (dn_wall[i], dn_min[i], dn_cpu[i])) + "  "
@@ -218,7 +215,7 @@ def table(dn_runs, ort_runs, top: int) -> list[str]:
     if ort_ops[n]:
         rows.append(row(n, f"{'':5} {'(no layer)':<14}", "-", 0.0, (0.0, 0.0, 0.0)) + "  "
                     + "+".join(ort_ops[n]))
-    for v in (ort_ms, ort_min, ort_cpu):
+    for v in (ort_ms, ort_min):
         v.append(sum(v))
     rows.append(row(n + 1, f"{'':5} {'sum of rows':<14}", "-", sum(l["gflop"] for l in layers),
                     (sum(dn_wall), sum(dn_min), sum(dn_cpu))))
@@ -230,10 +227,10 @@ def table(dn_runs, ort_runs, top: int) -> list[str]:
     rows.append(f"whole forward, median: darknumba {fw:.2f} ms wall, {fc:.2f} ms CPU; "
                 f"onnxruntime {first['version']} (profiling on) {ow:.2f} ms wall, {oc:.2f} ms CPU; "
                 f"darknumba / onnxruntime: {fw / ow:.2f} wall, {fc / oc:.2f} CPU")
-    losses = sorted(range(n), key=lambda i: dn_cpu[i] - ort_cpu[i], reverse=True)[:top]
-    rows.append("biggest losses (dn cpu - ort cpu, ms): " + ", ".join(
+    losses = sorted(range(n), key=lambda i: dn_min[i] - ort_min[i], reverse=True)[:top]
+    rows.append("biggest losses (dn min - ort min, ms): " + ", ".join(
         f"layer {i} {layers[i]['type']} {layers[i]['path'] or '-'} "
-        f"+{dn_cpu[i] - ort_cpu[i]:.2f}" for i in losses if dn_cpu[i] > ort_cpu[i]))
+        f"+{dn_min[i] - ort_min[i]:.2f}" for i in losses if dn_min[i] > ort_min[i]))
     return rows
 
 
@@ -283,10 +280,9 @@ def main():
     print(f"# network: {info['name']}, {info['dialect']}, GFLOP {info['gflop']:.3f}, weights "
           + ("RANDOM (seeded)" if info["random"] else info["weights"]))
     print(f"# {args.runs} runs x {args.reps} forwards per side, interleaved; ms: median and "
-          "minimum wall time, median CPU time: darknumba's process CPU time over the layer; "
-          "onnxruntime's profiler's wall times of the nodes mapped to the layer, its CPU time "
-          "estimated as each node's wall time x its run's CPU / wall; the differences and "
-          "ratios compare the CPU times")
+          "minimum wall time (darknumba: the layer's forward; onnxruntime: its profiler's "
+          "times of the nodes mapped to the layer), darknumba's median process CPU time over "
+          "the layer (dn cpu); the differences and ratios compare the minimums")
     print(f"## per layer, {args.threads} thread(s)")
     print("\n".join(table(dn_runs, ort_runs, args.top)))
 
