@@ -32,8 +32,10 @@ WEIGHTS_SEED, INPUT_SEED = 7, 3
 
 def realistic_seeded_weights(cfg: Path, path: Path, seed: int, input_seed: int) -> dn.Network:
     """Darknet's random initialisation (seeded) with the statistics a trained network would
-    have: each layer's rolling mean and variance are its batch statistics on the input
-    `compare --random-input --seed input_seed` feeds, scales U(0.5, 1.5), biases U(-0.2, 0.2),
+    have: each layer's rolling mean and variance are its batch statistics on what the
+    inference forward of `compare --random-input --seed input_seed` feeds it (the variance at
+    least 0.01: a channel nearly constant on one image would multiply the rounding of
+    everything before it by 300 and more), scales U(0.5, 1.5), biases U(-0.2, 0.2),
     a convolution without batch norm (a head) scaled to outputs of standard deviation 1;
     written to `path`. (With Darknet's own rolling variance 0 each layer multiplies its output
     by ~300 at inference, and even normalised layers leave a random head's outputs in the
@@ -44,17 +46,19 @@ def realistic_seeded_weights(cfg: Path, path: Path, seed: int, input_seed: int) 
         net = dn.parse_network_cfg(cfg, batch=1, dialect="alexeyab", seed=seed)
     rng = np.random.default_rng(seed)
     net.input = np.random.default_rng(input_seed).random(net.inputs, dtype=np.float32)
-    net.train, net.truth = True, None
+    net.truth = None
     for i, l in enumerate(net.layers):       # layer by layer, each normalised by its own stats
         net.index = i
         bn = getattr(l, "batch_normalize", 0)
-        if bn:
+        if bn:           # the batch statistics of a training forward become the rolling ones
             l.scales[:] = rng.uniform(0.5, 1.5, l.scales.size)
             l.biases[:] = rng.uniform(-0.2, 0.2, l.biases.size)
+            net.train = True
+            l.forward(net)
+            l.rolling_mean[:], l.rolling_variance[:] = l.mean, np.maximum(l.variance, 0.01)
+        net.train = False                    # what the next layer sees: this layer at inference
         l.forward(net)
-        if bn:
-            l.rolling_mean[:], l.rolling_variance[:] = l.mean, l.variance
-        elif l.type == "convolutional" and l.output.std() > 1:
+        if not bn and l.type == "convolutional" and l.output.std() > 1:
             l.weights /= l.output.std()         # a head's outputs at a trained net's scale
             l.weights_changed()
             l.forward(net)
