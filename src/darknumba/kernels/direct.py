@@ -22,7 +22,8 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import activate_row
-from .fused import add_bias_row, normalize_scale_bias_row
+from .fused import (add_bias_activate_store_row, add_bias_row, normalize_activate_store_row,
+                    normalize_scale_bias_row)
 
 ROWS_PER_TASK = 8   # output rows per parallel iteration (strip and accumulators allocated once)
 # output positions the forward computes per loop (rows of width w + 2 * pad laid end to end,
@@ -159,6 +160,17 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                     f = oc0 + q
                     for r in range(nr):
                         row = acc[q, r * wp:r * wp + out_w]
+                        ob = ((b * n + f) * out_h + y + r) * out_w
+                        if epilogue and not accumulate and with_stats == 0:
+                            # inference: the epilogue writes the output row in one loop
+                            dst = out[ob:ob + out_w]
+                            if bn:
+                                normalize_activate_store_row(row, dst, bn_mean[f],
+                                                             bn_divisor[f], scales[f],
+                                                             biases[f], act)
+                            else:
+                                add_bias_activate_store_row(row, dst, biases[f], act)
+                            continue
                         if epilogue:
                             if bn:
                                 normalize_scale_bias_row(row, bn_mean[f], bn_divisor[f],
@@ -170,7 +182,6 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                             m_r, m2_r = _row_moments(row)
                             mo = moments[task, f]
                             mo[0], mo[1], mo[2] = _chan(mo[0], mo[1], mo[2], out_w, m_r, m2_r)
-                        ob = ((b * n + f) * out_h + y + r) * out_w
                         dst = out[ob:ob + out_w]
                         if accumulate:
                             dst += row

@@ -6,7 +6,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from .activations import activate_row
+from .activations import LEAKY, LINEAR, activate_row
 from .blas import c_reciprocal
 from .twins import twins
 
@@ -27,6 +27,43 @@ def add_bias_row(row, bias):
         row[k] += bias
 
 
+@njit(cache=True, inline="always")
+def normalize_activate_store_row(row, dst, m, d, s, bias, a):
+    """dst = act(((row - mean) / d) * scale + bias): normalize_scale_bias_row, activate_row
+    and the copy to dst in one loop for leaky and linear (per value the same operations, so
+    the same results): measured 3x faster than the three sweeps over a row
+    in L1 (their loads and stores, not the arithmetic, were the cost). The other activations
+    take the three sweeps."""
+    if a == LEAKY:
+        for k in range(row.size):
+            v = ((row[k] - m) / d) * s + bias
+            dst[k] = v if v > 0 else np.float32(0.1 * np.float64(v))    # as activate_row
+    elif a == LINEAR:
+        for k in range(row.size):
+            dst[k] = ((row[k] - m) / d) * s + bias
+    else:
+        normalize_scale_bias_row(row, m, d, s, bias)
+        activate_row(row, a)
+        dst[:] = row
+
+
+@njit(cache=True, inline="always")
+def add_bias_activate_store_row(row, dst, bias, a):
+    """dst = act(row + bias) in one loop for leaky and linear (as normalize_activate_store_row);
+    the other activations as add_bias_row, activate_row and a copy."""
+    if a == LEAKY:
+        for k in range(row.size):
+            v = row[k] + bias
+            dst[k] = v if v > 0 else np.float32(0.1 * np.float64(v))    # as activate_row
+    elif a == LINEAR:
+        for k in range(row.size):
+            dst[k] = row[k] + bias
+    else:
+        add_bias_row(row, bias)
+        activate_row(row, a)
+        dst[:] = row
+
+
 @njit(parallel=True, cache=True)
 def batchnorm_bias_activate(x, mean, divisor, scales, biases, batch, filters, spatial, a):
     for bf in prange(batch * filters):
@@ -38,8 +75,11 @@ def batchnorm_bias_activate(x, mean, divisor, scales, biases, batch, filters, sp
         bias = biases[f]
         for lo in range(0, spatial, CHUNK):   # chunks stay in cache between the two sweeps
             row = x[base + lo:base + min(spatial, lo + CHUNK)]    # slices vectorise
-            normalize_scale_bias_row(row, m, d, s, bias)
-            activate_row(row, a)
+            if a == LEAKY or a == LINEAR:           # one sweep instead of two
+                normalize_activate_store_row(row, row, m, d, s, bias, a)
+            else:
+                normalize_scale_bias_row(row, m, d, s, bias)
+                activate_row(row, a)
 
 
 @twins(size=0)
@@ -49,8 +89,11 @@ def bias_activate(x, biases, batch, filters, spatial, a):
         bias = biases[bf % filters]
         for lo in range(0, spatial, CHUNK):
             row = x[base + lo:base + min(spatial, lo + CHUNK)]
-            add_bias_row(row, bias)
-            activate_row(row, a)
+            if a == LEAKY or a == LINEAR:           # one sweep instead of two
+                add_bias_activate_store_row(row, row, bias, a)
+            else:
+                add_bias_row(row, bias)
+                activate_row(row, a)
 
 
 @njit(cache=True)
