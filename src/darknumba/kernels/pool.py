@@ -246,13 +246,15 @@ def forward_maxpool2_cpu(inp, batch, c, h, w, stride, pad, out_h, out_w, output,
                 else:
                     _maxpool2_run(top, bottom, orow, irow, first, w, stride, j1 - j0,
                                   want_indexes)
-            for j in range(out_w):                  # the border windows
-                if j0 <= j < j1:
-                    continue
-                v, vi = _window_max(inp, plane, h, w, 2, y0, off + j * stride)
-                output[o + j] = v
-                if indexes is not None and want_indexes:
-                    indexes[o + j] = vi
+            # the border windows: the columns left of j0 and from j1 on (all of a border row),
+            # not a loop over every column skipping the inside (it cost a third of the time)
+            for side in range(2):
+                lo, hi = (0, j0) if side == 0 else (max(j0, j1), out_w)
+                for j in range(lo, hi):
+                    v, vi = _window_max(inp, plane, h, w, 2, y0, off + j * stride)
+                    output[o + j] = v
+                    if indexes is not None and want_indexes:
+                        indexes[o + j] = vi
 
 
 @njit(parallel=True, cache=True)
