@@ -3,7 +3,7 @@ cache file damaged in each way (truncated or garbage index, truncated or garbage
 index of another numba version, a file that is no pickle at all) is moved aside into a
 corrupt-* folder, its kernel is compiled again with the same result, and stderr has one line
 naming the cache; a cache that cannot be written leaves the kernels in memory with one line.
-Small kernels of their own first (seconds), then `darknumba detect` on shapes-tiny.cfg."""
+Small kernels of their own first (seconds), then `darknumba detect` on a small detector."""
 import json
 import os
 import pickle
@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, sample_photos
+from tiny_nets import cfg_text, conv, section
 
 import darknumba as dn
 
@@ -207,28 +208,36 @@ def test_a_cache_folder_numba_cannot_write_is_named_once(tmp_path):
 
 
 # -- the command --------------------------------------------------------------------------------
-CFG = ROOT / "cfg" / "shapes-tiny.cfg"
+# a detector with the kernels the damages below hit (batch norm, upsample, yolo boxes, NMS) and
+# few others: its cold compile is about half of shapes-tiny's
+CFG_TEXT = cfg_text(dict(batch=1, width=32, height=32, channels=3), conv(8, stride=2),
+                    conv(8, size=1), section("upsample", stride=2),
+                    conv(21, size=1, bn=False, activation="linear"),
+                    section("yolo", mask="0,1,2", anchors="4,5, 8,9, 14,12", classes=2, num=3))
 
 
-def detect(cache, cwd, weights):
+def detect(cache, cwd, base):
     env = dict(env_for(cache), DARKNUMBA_FIRST_RUN="compile")
     return subprocess.run(
-        [sys.executable, "-c", "from darknumba.cli import main; main()", "detect", str(CFG),
-         str(weights), str(sample_photos()[0]), "--thresh", "0.05", "--json", "-"],
-        env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
+        [sys.executable, "-c", "from darknumba.cli import main; main()", "detect",
+         str(base / "h.cfg"), str(base / "w.weights"), str(sample_photos()[0]), "--thresh",
+         "0.05", "--json", "-"], env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="module")
 def warm_cache(tmp_path_factory):
-    """A numba cache filled by one `detect` of shapes-tiny with random weights, and its output."""
+    """A numba cache filled by one `detect` of CFG_TEXT with random weights, and its output."""
     from darknumba.train.timing import unit_rolling_variance
     base = tmp_path_factory.mktemp("heal")
-    net = dn.load_network(CFG, None, batch=1)
+    (base / "h.cfg").write_text(CFG_TEXT)
+    net = dn.load_network(base / "h.cfg", None, batch=1)
     unit_rolling_variance(net)
     dn.save_weights(net, base / "w.weights")
-    r = detect(base / "cache", base, base / "w.weights")
+    r = detect(base / "cache", base, base)
     assert r.returncode == 0, r.stderr
-    return base, json.loads(r.stdout)
+    out = json.loads(r.stdout)
+    assert out["detections"], "random weights at --thresh 0.05 should detect something"
+    return base, out
 
 
 @pytest.mark.slow
@@ -247,13 +256,13 @@ def test_detect_heals_a_damaged_cache(warm_cache, tmp_path, damages):
                if n.startswith(kernel + "-") and n.endswith(suffix)]
         damage(p)
         bad[p.name] = p.read_bytes()
-    r = detect(cache, tmp_path, base / "w.weights")
+    r = detect(cache, tmp_path, base)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["detections"] == expected["detections"]
     heal = [line for line in notices(r.stderr) if "corrupt-" in line]
     assert len(heal) == 1 and str(cache) in heal[0], r.stderr
     moved = quarantined(cache)
     assert all(moved.get(name) == data for name, data in bad.items())
-    again = detect(cache, tmp_path, base / "w.weights")
+    again = detect(cache, tmp_path, base)
     assert again.returncode == 0 and notices(again.stderr) == [], again.stderr
     assert json.loads(again.stdout)["detections"] == expected["detections"]
