@@ -23,7 +23,7 @@ from darknumba.weights import save_weights
 # name -> input size: a multiple of the cfg's largest stride (128 for P7, 64 for P6)
 BIG = {
     "yolov7": 128, "yolov7x": 128, "yolov4-csp-x-swish": 128, "cspx-p7-mish": 256,
-    "yolov4-p6": 128, "cspx-p7-mish_hp": 256, "yolov4-p5": 128, "resnet152_trident": 128,
+    "yolov4-p6": 128, "cspx-p7-mish_hp": 384, "yolov4-p5": 128, "resnet152_trident": 128,
     "yolov4x-mish": 128, "yolov4-csp-x-mish": 128, "yolov3-openimages": 128,
     "yolov3-spp": 128, "yolov4-csp-swish": 128,
 }
@@ -43,7 +43,8 @@ def realistic_seeded_weights(cfg: Path, path: Path, seed: int, input_seed: int) 
     give NaN for 1/(1 + exp(-x)) there, 0 in IEEE arithmetic.)"""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        net = dn.parse_network_cfg(cfg, batch=1, dialect="alexeyab", seed=seed)
+        net = dn.parse_network_cfg(cfg, batch=1, dialect="alexeyab", seed=seed,
+                                   compat="darknet-cpu")     # as compare runs it, and C
     rng = np.random.default_rng(seed)
     net.input = np.random.default_rng(input_seed).random(net.inputs, dtype=np.float32)
     net.truth = None
