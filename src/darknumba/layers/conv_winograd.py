@@ -73,7 +73,17 @@ def transformed_flipped_weights(l, net) -> np.ndarray:
 
 
 def _scratch_U(l, net, k2):
-    return scratch_of(net)("winograd_U", k2 * l.c * l.n)
+    """U at the start of the network's scratch arena (Scratch.parts), where _winograd_conv
+    finds it and puts V and M after it."""
+    return scratch_of(net).parts(k2 * l.c * l.n)[0]
+
+
+def _grow_arena(net, l, m, c, n, out_h, out_w):
+    """The scratch arena grown at once to U, V and M of one Winograd pass (c input and n
+    output channels, out_h x out_w outputs): U written first is not left in a smaller one."""
+    th, tw = tiles_of(out_h, out_w, m)
+    k2, tiles = (m + 2) ** 2, l.batch * th * tw
+    scratch_of(net).parts(k2 * c * n, k2 * tiles * c, k2 * tiles * n)
 
 
 def transform_filters(l, kron, flip=False, out=None) -> np.ndarray:
@@ -97,6 +107,8 @@ def forward_winograd(l, net):
     """l.output = conv(net.input) through F(4x4, 3x3) (at inference on small maps F(2x2, 3x3),
     winograd_tile), before the biases or batch norm."""
     m = winograd_tile(l, net.train)
+    if net.train:
+        _grow_arena(net, l, m, l.c, l.n, l.out_h, l.out_w)
     U = transformed_weights(l, m, net)
     _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, U, l.output, l.out_h, l.out_w,
                    accumulate=False, per_image=not net.train, m=m)
@@ -106,6 +118,7 @@ def backward_input_winograd(l, net):
     """net.delta += the input gradient of l: l.delta convolved with the rotated, transposed
     filters (transformed_flipped_weights) at padding 2 - pad, through F(4x4, 3x3). Darknet
     computes it as W^T @ delta folded back with col2im: the same sums in another order."""
+    _grow_arena(net, l, 4, l.n, l.c, l.h, l.w)
     _winograd_conv(net, l.delta, l.batch, l.n, l.out_h, l.out_w, 2 - l.pad,
                    transformed_flipped_weights(l, net), net.delta, l.h, l.w, accumulate=True,
                    per_image=False)
@@ -122,8 +135,10 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
     th, tw = tiles_of(out_h, out_w, m)
     tiles = batch * th * tw
     scratch = scratch_of(net)
-    V = scratch("winograd_V", k2 * tiles * c).reshape(tiles, k2, c)
-    M = scratch("winograd_M", k2 * tiles * n).reshape(tiles, k2, n)
+    # V and M after U when U is the arena's first part (training), else from its start
+    _, V, M = scratch.parts(U.size if scratch.in_arena(U) else 0, k2 * tiles * c,
+                            k2 * tiles * n)
+    V, M = V.reshape(tiles, k2, c), M.reshape(tiles, k2, n)
     on_threads(lambda r0, r1: input_kernel(x, c, h, w, pad, th, tw, V, r0, r1),
                batch * th)
     if per_image:

@@ -227,9 +227,9 @@ class ConvolutionalLayer(Layer):
                     col = ws[:k * n]
                 gemm(0, 0, m, n, k, 1.0, a, col, 0.0, c)
 
-    def _batch_columns(self, net, x, b0, nb, k, n):
-        """The column matrices of images b0..b0+nb side by side: k x nb*n."""
-        col = scratch_of(net)("conv_cols", k * nb * n).reshape(k, nb, n)
+    def _batch_columns(self, x, b0, nb, k, n, col):
+        """The column matrices of images b0..b0+nb side by side, k x nb*n, into `col`."""
+        col = col.reshape(k, nb, n)
         if self._direct_1x1():       # the input itself is the column matrix (its first k*n values)
             col[...] = x[b0:b0 + nb, :k * n].reshape(nb, k, n).transpose(1, 0, 2)
         else:
@@ -247,8 +247,9 @@ class ConvolutionalLayer(Layer):
         weights = self.weights.reshape(m, k)
         for b0 in range(0, self.batch, bc):
             nb = min(bc, self.batch - b0)
-            col = self._batch_columns(net, x, b0, nb, k, n)
-            res = scratch_of(net)("conv_out_cols", m * nb * n).reshape(m, nb * n)
+            col, res = scratch_of(net).parts(k * nb * n, m * nb * n)
+            col = self._batch_columns(x, b0, nb, k, n, col)
+            res = res.reshape(m, nb * n)
             np.matmul(weights, col.reshape(k, nb * n), out=res)
             out[b0:b0 + nb] = res.reshape(m, nb, n).transpose(1, 0, 2)
 
@@ -306,15 +307,16 @@ class ConvolutionalLayer(Layer):
         bc = max(1, min(self.batch, BATCH_COLUMNS // (k * n)))
         direct = self._direct_1x1()
         weights = self.weights.reshape(m, k)
-        dw_t = scratch_of(net)("conv_dw_t", k * m).reshape(k, m)
         x = net.input[:self.batch * self.inputs].reshape(self.batch, self.inputs)
         dx = net.delta[:self.batch * self.inputs].reshape(self.batch, self.inputs) \
             if net.delta is not None and input_grad else None
         for b0 in range(0, self.batch, bc):
             nb = min(bc, self.batch - b0)
-            d = scratch_of(net)("conv_delta_cols", m * nb * n).reshape(m, nb, n)
+            # one arena for the three (Scratch.parts); dw_t keeps its place at its start
+            dw_t, d, col = scratch_of(net).parts(k * m, m * nb * n, k * nb * n)
+            dw_t, d = dw_t.reshape(k, m), d.reshape(m, nb, n)
             d[...] = self.delta[b0 * m * n:(b0 + nb) * m * n].reshape(nb, m, n).transpose(1, 0, 2)
-            col = self._batch_columns(net, x, b0, nb, k, n)
+            col = self._batch_columns(x, b0, nb, k, n, col)
             d2, col2 = d.reshape(m, nb * n), col.reshape(k, nb * n)
             # weight_updates += delta @ col^T, computed as (col @ delta^T)^T: faster in BLAS
             np.matmul(col2, d2.T, out=dw_t)
