@@ -99,3 +99,12 @@ def region_head(anchors: str, **more) -> str:
         "region", anchors=anchors, bias_match=1, classes=3, coords=4, num=5, softmax=1,
         jitter=".2", rescore=1, object_scale=5, noobject_scale=1, class_scale=1, coord_scale=1,
         **more, thresh=".6", random=0)
+
+
+# a detector with few kernels (convolution with batch norm, upsample, yolo boxes, NMS): the tests
+# that compile into a fresh numba cache use it, its cold compile about half of shapes-tiny's
+QUICK_DETECTOR = cfg_text(dict(batch=1, width=32, height=32, channels=3), conv(8, stride=2),
+                          conv(8, size=1), section("upsample", stride=2),
+                          conv(21, size=1, bn=False, activation="linear"),
+                          section("yolo", mask="0,1,2", anchors="4,5, 8,9, 14,12", classes=2,
+                                  num=3))

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, sample_photos
 from numba import njit
+from tiny_nets import QUICK_DETECTOR
 
 import darknumba as dn
 from darknumba.runtime.compile_notice import NOTICE, compile_notice
@@ -21,8 +22,8 @@ from darknumba.train.timing import unit_rolling_variance
 CFG = ROOT / "cfg" / "shapes-tiny.cfg"
 
 
-def random_net():
-    net = dn.load_network(CFG, None, batch=1)
+def random_net(cfg=CFG):
+    net = dn.load_network(cfg, None, batch=1)
     unit_rolling_variance(net)              # finite outputs from random weights
     return net
 
@@ -105,6 +106,13 @@ def test_compile_tasks_are_claimed_once_between_two_processes(tmp_path):
     assert not os.path.exists(fresh.folder)
 
 
+def quick_detector(folder):
+    """The tests that compile into a fresh cache run QUICK_DETECTOR (fewer kernels to compile)."""
+    cfg = folder / "quick.cfg"
+    cfg.write_text(QUICK_DETECTOR)
+    return cfg
+
+
 def _cli(args, cache, cwd, **extra_env):
     env = dict(os.environ, NUMBA_CACHE_DIR=str(cache), **extra_env,
                PYTHONPATH=os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
@@ -119,20 +127,21 @@ def test_cold_cache_notice_warmup_and_predicted_in(tmp_path):
     """A fresh cache: `detect` says it compiles and its "Predicted in" for the first image is of
     the order of the second's (the compile took seconds); `warmup` fills a second fresh cache,
     after which `detect` compiles nothing and says nothing."""
+    cfg = quick_detector(tmp_path)
     weights = tmp_path / "w.weights"
-    dn.save_weights(random_net(), weights)
+    dn.save_weights(random_net(cfg), weights)
     image = sample_photos()[0]
-    cold = _cli(["detect", str(CFG), str(weights), str(image), str(image), "--thresh", "2"],
+    cold = _cli(["detect", str(cfg), str(weights), str(image), str(image), "--thresh", "2"],
                 tmp_path / "cache1", tmp_path)
     assert NOTICE in cold.stderr
     first, second = map(float, re.findall(r"Predicted in ([0-9.]+) seconds", cold.stdout))
     assert first < 10 * second + 1.0, (first, second)
 
-    warm = _cli(["warmup", str(CFG)], tmp_path / "cache2", tmp_path)
+    warm = _cli(["warmup", str(cfg)], tmp_path / "cache2", tmp_path)
     assert NOTICE in warm.stderr and "compiled" in warm.stdout
-    again = _cli(["warmup", str(CFG)], tmp_path / "cache2", tmp_path)
+    again = _cli(["warmup", str(cfg)], tmp_path / "cache2", tmp_path)
     assert "already cached" in again.stdout and NOTICE not in again.stderr
-    after = _cli(["detect", str(CFG), str(weights), str(image), "--thresh", "2"],
+    after = _cli(["detect", str(cfg), str(weights), str(image), "--thresh", "2"],
                  tmp_path / "cache2", tmp_path)
     assert NOTICE not in after.stderr and "Predicted in" in after.stdout
 
@@ -151,13 +160,14 @@ def test_cold_detect_runs_numpy_and_leaves_the_compile_to_a_background_process(t
     same command runs compiled (no notice) and finds the same boxes."""
     from darknumba.runtime.compile_ahead import background_running
     image = sample_photos()[0]
+    cfg = quick_detector(tmp_path)
     weights = tmp_path / "w.weights"
-    dn.save_weights(random_net(), weights)
+    dn.save_weights(random_net(cfg), weights)
     for _ in range(3000):               # another background compile would keep this one waiting
         if not background_running():
             break
         time.sleep(0.1)
-    args = ["detect", str(CFG), str(weights), str(image), "--thresh", "0.05", "--json", "-"]
+    args = ["detect", str(cfg), str(weights), str(image), "--thresh", "0.05", "--json", "-"]
     cold = _cli(args, tmp_path / "cache", tmp_path, DARKNUMBA_FIRST_RUN="numpy")
     assert "numpy computes the forward pass" in cold.stderr and NOTICE not in cold.stderr
     assert re.search(r"\(pid \d+\)", cold.stderr)
@@ -199,7 +209,7 @@ def test_warm_up_runs_while_the_first_images_decode(monkeypatch, items):
     from darknumba.vision import detector as D
     started, events = threading.Event(), []
 
-    def decode(item, c):
+    def decode(item, c, decoder):
         events.append(("decode", item))
         started.set()
         return item, None

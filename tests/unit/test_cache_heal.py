@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, sample_photos
-from tiny_nets import cfg_text, conv, section
+from tiny_nets import QUICK_DETECTOR
 
 import darknumba as dn
 
@@ -208,12 +208,6 @@ def test_a_cache_folder_numba_cannot_write_is_named_once(tmp_path):
 
 
 # -- the command --------------------------------------------------------------------------------
-# a detector with the kernels the damages below hit (batch norm, upsample, yolo boxes, NMS) and
-# few others: its cold compile is about half of shapes-tiny's
-CFG_TEXT = cfg_text(dict(batch=1, width=32, height=32, channels=3), conv(8, stride=2),
-                    conv(8, size=1), section("upsample", stride=2),
-                    conv(21, size=1, bn=False, activation="linear"),
-                    section("yolo", mask="0,1,2", anchors="4,5, 8,9, 14,12", classes=2, num=3))
 
 
 def detect(cache, cwd, base):
@@ -226,10 +220,11 @@ def detect(cache, cwd, base):
 
 @pytest.fixture(scope="module")
 def warm_cache(tmp_path_factory):
-    """A numba cache filled by one `detect` of CFG_TEXT with random weights, and its output."""
+    """A numba cache filled by one `detect` of QUICK_DETECTOR (its kernels include the damaged
+    ones) with random weights, and its output."""
     from darknumba.train.timing import unit_rolling_variance
     base = tmp_path_factory.mktemp("heal")
-    (base / "h.cfg").write_text(CFG_TEXT)
+    (base / "h.cfg").write_text(QUICK_DETECTOR)
     net = dn.load_network(base / "h.cfg", None, batch=1)
     unit_rolling_variance(net)
     dn.save_weights(net, base / "w.weights")
