@@ -151,7 +151,7 @@ class Network:
         self.truth = None
         self.train = False
         self.index = 0
-        self.workspace = np.zeros(1, dtype=np.float32)
+        self.workspace_floats = 1      # the largest workspace_size of the layers
         self.scratch = Scratch()
         self.cost = math.nan
 
@@ -226,10 +226,17 @@ class Network:
             l.allocate_pending()
         self.inference_only = False
 
+    @property
+    def workspace(self) -> np.ndarray:
+        """The im2col / col2im buffer the layers share, as large as the largest one's
+        workspace_size (AlexeyAB's get_workspace_size): the first part of the scratch arena
+        (Scratch.parts), which a convolution's batched or Winograd step uses at other times;
+        read it at the start of a layer's pass, valid until the next parts call. Its values
+        are left over from earlier passes: every user writes before it reads (im2col)."""
+        return self.scratch.parts(self.workspace_floats)[0]
+
     def alloc_workspace(self):
-        size = max([l.workspace_size for l in self.layers] + [1])
-        if self.workspace.size < size:
-            self.workspace = np.zeros(size, dtype=np.float32)
+        self.workspace_floats = max([l.workspace_size for l in self.layers] + [1])
 
     # -- input checks ------------------------------------------------------------------------
     def require_buffers(self, what: str):

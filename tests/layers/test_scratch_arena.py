@@ -90,3 +90,12 @@ def test_shared_arena_changes_no_weight(tmp_path, monkeypatch):
         for name in ("weights", "biases", "scales", "rolling_mean", "output", "delta"):
             if hasattr(la, name):
                 np.testing.assert_array_equal(getattr(ls, name), getattr(la, name), name)
+
+
+def test_the_workspace_is_the_arena(tmp_path):
+    """The per-image im2col buffer is the arena's first part, not a buffer of its own: after
+    a step, the scratch holds no more than the largest of the workspace and the sets."""
+    net, arena = train_two_steps(small_cfg(tmp_path))
+    ws = net.workspace
+    assert ws.size == max(l.workspace_size for l in net.layers) > 0
+    assert np.shares_memory(ws, arena) and net.scratch.nbytes < arena.nbytes + 1024
