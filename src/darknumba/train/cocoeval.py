@@ -135,8 +135,11 @@ def coco_evaluate(detections, truths, classes: int, sizes=None, crowd=None) -> C
     dt_m = np.zeros((A, T, len(dets)), np.bool_)
     dt_ig = np.zeros((A, T, len(dets)), np.bool_)
     gt_ig = np.zeros((A, len(g_rows)), np.bool_)
-    coco_match_cpu(d_box, d_box[:, 2] * d_box[:, 3], d_start, g_box, g_box[:, 2] * g_box[:, 3],
-                   g_crowd, g_start, lo, hi, IOU_THRS, dt_m, dt_ig, gt_ig)
+    # a diverged net's inf x 0 boxes have NaN areas (as before), without numpy's warning
+    with np.errstate(invalid="ignore", over="ignore"):
+        d_area, g_area = d_box[:, 2] * d_box[:, 3], g_box[:, 2] * g_box[:, 3]
+    coco_match_cpu(d_box, d_area, d_start, g_box, g_area, g_crowd, g_start, lo, hi, IOU_THRS,
+                   dt_m, dt_ig, gt_ig)
 
     precision = -np.ones((T, REC_THRS.size, classes, len(AREAS), len(MAX_DETS)))
     recall = -np.ones((T, classes, len(AREAS), len(MAX_DETS)))
