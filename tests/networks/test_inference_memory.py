@@ -8,71 +8,20 @@ import warnings
 
 import numpy as np
 import pytest
+from tiny_nets import cfg_text, conv, maxpool, section
 
 import darknumba as dn
 from darknumba.errors import CfgError
 from darknumba.layers import memory
 from darknumba.network import _with_inner
 
-CFG = """[net]
-batch=2
-subdivisions=1
-width=32
-height=32
-channels=3
-learning_rate=0.01
-momentum=0.9
-decay=0.0005
-
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=1
-pad=1
-activation=leaky
-
-[maxpool]
-size=2
-stride=2
-
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=2
-pad=1
-antialiasing=1
-activation=mish
-
-[dropout]
-probability=0.2
-
-[empty]
-
-[convolutional]
-filters=8
-size=1
-activation=leaky
-
-[shortcut]
-from=-4
-activation=linear
-
-[route]
-layers=-1,3
-
-[convolutional]
-filters=21
-size=1
-activation=linear
-
-[yolo]
-mask=0,1,2
-anchors=4,5, 8,9, 14,12
-classes=2
-num=3
-"""
+CFG = cfg_text(dict(batch=2, subdivisions=1, width=32, height=32, channels=3,
+                    learning_rate=0.01, momentum=0.9, decay=0.0005),
+               conv(8), maxpool(), conv(8, stride=2, activation="mish", antialiasing=1),
+               section("dropout", probability=0.2), section("empty"),
+               conv(8, size=1, bn=False), section("shortcut", **{"from": -4}, activation="linear"),
+               section("route", layers="-1,3"), conv(21, size=1, bn=False, activation="linear"),
+               section("yolo", mask="0,1,2", anchors="4,5, 8,9, 14,12", classes=2, num=3))
 TRAINING_ONLY = {"delta", "weight_updates", "x", "rand"}
 
 
