@@ -81,6 +81,43 @@ def two_hosts(tmp_path):
             _ip("netns", "del", ns, check=False)
 
 
+ENV = {"MPIR_CVAR_CH4_NETMOD": "ofi", "FI_PROVIDER": "tcp;ofi_rxm", "FI_TCP_IFACE": IFACE}
+
+
+def mpirun_over_link(hosts, ssh, *argv, timeout):
+    """mpirun started in the first namespace, one rank per namespace, MPICH's tcp over the veth."""
+    cmd = ["ip", "netns", "exec", next(iter(hosts.values())), MPIRUN, "-launcher", "ssh",
+           "-launcher-exec", ssh, "-iface", IFACE, "-hosts", ",".join(hosts), "-np", "2",
+           "-ppn", "1", sys.executable, *argv]
+    env = {**os.environ, "PYTHONPATH": SRC, **ENV}
+    return subprocess.run(list(map(str, cmd)), env=env, capture_output=True, text=True,
+                          timeout=timeout)
+
+
+PROBE = "from mpi4py import MPI; c = MPI.COMM_WORLD; print('sum', c.allreduce(c.rank + 1))"
+
+
+def mpi_over_link_or_skip(hosts, ssh):
+    """An allreduce of two integers over the link, twice at most, before training over it.
+
+    On one CI host (2026-12-03) MPICH's OFI tcp provider could not enable its endpoint inside
+    the namespaces ('ep_enable failed ... Bad file descriptor') and the other rank then waited
+    for the whole timeout; it never happened on the machine these tests were written on. A
+    failed MPI start in the namespaces is the host's network stack, not darknumba: skip saying
+    so, with MPICH's own line. Anything after MPI starts is tested."""
+    last = ""
+    for _ in range(2):
+        try:
+            r = mpirun_over_link(hosts, ssh, "-c", PROBE, timeout=60)
+        except subprocess.TimeoutExpired as e:
+            last = f"no answer in 60 s: {(e.stderr or b'')[-300:]!r}"
+            continue
+        if r.returncode == 0 and r.stdout.count("sum 3") == 2:
+            return
+        last = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1].strip()[:300]
+    pytest.skip(f"{SKIP} in which MPICH's tcp provider starts (it did not here: {last})")
+
+
 def link_bytes(ns) -> int:
     """Bytes sent by the namespace's end of the veth pair."""
     out = _ip("-n", ns, "-s", "-j", "link", "show", IFACE).stdout
@@ -93,17 +130,11 @@ def test_one_rank_in_each_of_two_namespaces_trains_what_one_process_trains(
     hosts, ssh = two_hosts
     a, b = hosts.values()
     one_process(data, sub2, tmp_path / "one")
+    mpi_over_link_or_skip(hosts, ssh)
     before = link_bytes(a)
-    env = {**os.environ, "PYTHONPATH": SRC, "MPIR_CVAR_CH4_NETMOD": "ofi",
-           "FI_PROVIDER": "tcp;ofi_rxm",
-           "FI_TCP_IFACE": IFACE}
-    cmd = ["ip", "netns", "exec", a, MPIRUN, "-launcher", "ssh", "-launcher-exec", ssh,
-           "-iface", IFACE, "-hosts", ",".join(hosts), "-np", "2", "-ppn", "1",
-           sys.executable, "-c", "from darknumba.cli import main; main()",
-           "detector", "train", data, sub2, "--backup", tmp_path / "two", "--no-progress",
-           "--no-chart"]
-    r = subprocess.run(list(map(str, cmd)), env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = mpirun_over_link(hosts, ssh, "-c", "from darknumba.cli import main; main()",
+                         "detector", "train", data, sub2, "--backup", tmp_path / "two",
+                         "--no-progress", "--no-chart", timeout=240)
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     assert "data-parallel: 2 ranks (1 on this machine" in out, out
