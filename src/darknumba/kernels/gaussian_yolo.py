@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 
 from .logistic_rows import logistic_f_row
+from .yolo_ab import correct_boxes_ab
 
 f32 = np.float32
 _0 = f32(0.0)
@@ -124,36 +125,7 @@ def correct_gaussian_yolo_boxes_cpu(bbox, w, h, netw, neth, relative, letter):
     letterbox of a w x h image, new size by integer division; else the boxes stay relative),
     except that w and h are multiplied by (float)netw / new_w rather than by 1 / (new_w /
     netw). relative=False scales them to pixels."""
-    if letter:
-        if f32(netw) / f32(w) < f32(neth) / f32(h):
-            new_w = netw
-            new_h = (h * netw) // w
-        else:
-            new_h = neth
-            new_w = (w * neth) // h
-    else:
-        new_w = netw
-        new_h = neth
-    dw = np.float64(netw - new_w)
-    dh = np.float64(neth - new_h)
-    ratiow = f32(new_w) / f32(netw)
-    ratioh = f32(new_h) / f32(neth)
-    sw = f32(netw) / f32(new_w)
-    sh = f32(neth) / f32(new_h)
-    for i in range(bbox.shape[0]):
-        x = f32((np.float64(bbox[i, 0]) - dw / 2.0 / netw) / np.float64(ratiow))
-        y = f32((np.float64(bbox[i, 1]) - dh / 2.0 / neth) / np.float64(ratioh))
-        bw = bbox[i, 2] * sw
-        bh = bbox[i, 3] * sh
-        if not relative:
-            x *= f32(w)
-            bw *= f32(w)
-            y *= f32(h)
-            bh *= f32(h)
-        bbox[i, 0] = x
-        bbox[i, 1] = y
-        bbox[i, 2] = bw
-        bbox[i, 3] = bh
+    correct_boxes_ab(bbox, w, h, netw, neth, relative, letter, True)
 
 
 @njit(cache=True)

@@ -15,6 +15,7 @@ from numba import njit, prange
 
 from .box_ab import MSE, box_giou, box_iou, box_iou_kind, dx_box_iou
 from .gaussian_yolo import ENTRIES, YOLO_LEFT_TOP, YOLO_RIGHT_BOTTOM, get_gaussian_yolo_box
+from .yolo_ab_loss import fix_clip, index_in, smooth
 
 # sizes: anchors of this layer (n) and in all (total), the grid, the network input, the truth
 GaussianSizes = namedtuple("GaussianSizes", "n total lw lh classes netw neth truths truth_size "
@@ -38,19 +39,6 @@ SQRT_2PI = math.sqrt(math.pi * 2.0)
 # columns of the per-image statistics
 (G_IOU, G_CAT, G_OBJ, G_ANYOBJ, G_RECALL, G_RECALL75, G_COUNT, G_CLASS_COUNT) = range(8)
 N_GSTATS = 8
-
-
-@njit(cache=True, error_model="numpy")
-def _fix_clip(v, max_delta, clip):
-    """fix_nan_inf, then clip_value to +-max_delta when max_delta is set."""
-    if not math.isfinite(v):
-        v = _0
-    if clip:
-        if v > max_delta:
-            v = max_delta
-        elif v < -max_delta:
-            v = -max_delta
-    return v
 
 
 @njit(cache=True, error_model="numpy")
@@ -114,23 +102,15 @@ def delta_gaussian_yolo_box(tx, ty, tw, th, x, biases, a, index, i, j, lw, lh, n
             dy = dy + dh / _2
         dw = f32(np.float64(dw) * math.exp(np.float64(x[index + 4 * s])))
         dh = f32(np.float64(dh) * math.exp(np.float64(x[index + 6 * s])))
-    delta[index] += _fix_clip(dx * iou_normalizer, max_delta, clip)
-    delta[index + 2 * s] += _fix_clip(dy * iou_normalizer, max_delta, clip)
-    delta[index + 4 * s] += _fix_clip(dw * iou_normalizer, max_delta, clip)
-    delta[index + 6 * s] += _fix_clip(dh * iou_normalizer, max_delta, clip)
-    delta[index + s] += _fix_clip(ux * uc_normalizer, max_delta, clip)
-    delta[index + 3 * s] += _fix_clip(uy * uc_normalizer, max_delta, clip)
-    delta[index + 5 * s] += _fix_clip(uw * uc_normalizer, max_delta, clip)
-    delta[index + 7 * s] += _fix_clip(uh * uc_normalizer, max_delta, clip)
+    delta[index] += fix_clip(dx * iou_normalizer, max_delta, clip)
+    delta[index + 2 * s] += fix_clip(dy * iou_normalizer, max_delta, clip)
+    delta[index + 4 * s] += fix_clip(dw * iou_normalizer, max_delta, clip)
+    delta[index + 6 * s] += fix_clip(dh * iou_normalizer, max_delta, clip)
+    delta[index + s] += fix_clip(ux * uc_normalizer, max_delta, clip)
+    delta[index + 3 * s] += fix_clip(uy * uc_normalizer, max_delta, clip)
+    delta[index + 5 * s] += fix_clip(uw * uc_normalizer, max_delta, clip)
+    delta[index + 7 * s] += fix_clip(uh * uc_normalizer, max_delta, clip)
     return iou
-
-
-@njit(cache=True, error_model="numpy")
-def _smooth(y, eps):
-    """label_smooth_eps: y (1 - eps) + eps / 2 (the C's double expression, stored in float)."""
-    if eps != 0:
-        return f32(np.float64(y * (_1 - eps)) + 0.5 * np.float64(eps))
-    return y
 
 
 @njit(cache=True, error_model="numpy")
@@ -144,25 +124,16 @@ def delta_gaussian_yolo_class(output, delta, index, cls, classes, stride, eps, m
     ti = index + stride * cls
     has_mult = multipliers.shape[0] > 0
     if delta[index] != 0:
-        delta[ti] = _smooth(_1, eps) - output[ti]
+        delta[ti] = smooth(_1, eps) - output[ti]
         if has_mult:
             delta[ti] *= multipliers[cls]
         return output[ti]
     for c in range(classes):
         k = index + stride * c
-        delta[k] = _smooth(_1 if c == cls else _0, eps) - output[k]
+        delta[k] = smooth(_1 if c == cls else _0, eps) - output[k]
         if has_mult and c == cls:
             delta[ti] *= multipliers[cls] * cls_normalizer
     return output[ti]
-
-
-@njit(cache=True, error_model="numpy")
-def _index_in(mask, n, a):
-    """int_index: the position of anchor a in this layer's mask, or -1."""
-    for m in range(n):
-        if mask[m] == a:
-            return m
-    return -1
 
 
 @njit(cache=True, error_model="numpy")
@@ -309,13 +280,13 @@ def process_gaussian_batch(b, output, delta, truth, biases, mask, sizes, p, mult
         cls = int(truth[tb + 4])
         if has_map:
             cls = class_map[cls]
-        mask_n = _index_in(mask, n, best_n)
+        mask_n = index_in(mask, n, best_n)
         if mask_n >= 0:
             _train_anchor(output, delta, truth, tb, cls, biases, best_n, mask_n, i, j, b,
                           sizes, p, multipliers, stats)
         if p.iou_thresh < 1:
             for a in range(total):
-                mask_n = _index_in(mask, n, a)
+                mask_n = index_in(mask, n, a)
                 if mask_n < 0 or a == best_n:
                     continue
                 iou = box_iou_kind(_0, _0, biases[2 * a] / f32(netw),

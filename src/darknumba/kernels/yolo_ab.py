@@ -96,6 +96,14 @@ def correct_yolo_boxes_ab_cpu(bbox, w, h, netw, neth, relative, letter):
     (a plain resize) the boxes stay relative. relative=False scales them to pixels. Unlike
     pjreddie's, w and h are multiplied by 1 / (new_w / netw). An image so narrow that its
     letterboxed width is 0 gives inf/NaN boxes, as in C."""
+    correct_boxes_ab(bbox, w, h, netw, neth, relative, letter, False)
+
+
+@njit(cache=True, error_model="numpy")
+def correct_boxes_ab(bbox, w, h, netw, neth, relative, letter, netw_over_new):
+    """correct_yolo_boxes_ab_cpu; with `netw_over_new` (its correct_gaussian_yolo_boxes) w and
+    h are multiplied by (float)netw / new_w instead of 1 / (new_w / netw): the two roundings
+    differ in the last bit."""
     if letter:
         if f32(netw) / f32(w) < f32(neth) / f32(h):
             new_w = netw
@@ -113,8 +121,12 @@ def correct_yolo_boxes_ab_cpu(bbox, w, h, netw, neth, relative, letter):
     for i in range(bbox.shape[0]):
         x = f32((np.float64(bbox[i, 0]) - dw / 2.0 / netw) / np.float64(ratiow))
         y = f32((np.float64(bbox[i, 1]) - dh / 2.0 / neth) / np.float64(ratioh))
-        bw = bbox[i, 2] * (_1 / ratiow)
-        bh = bbox[i, 3] * (_1 / ratioh)
+        if netw_over_new:
+            bw = bbox[i, 2] * (f32(netw) / f32(new_w))
+            bh = bbox[i, 3] * (f32(neth) / f32(new_h))
+        else:
+            bw = bbox[i, 2] * (_1 / ratiow)
+            bh = bbox[i, 3] * (_1 / ratioh)
         if not relative:
             x *= f32(w)
             bw *= f32(w)

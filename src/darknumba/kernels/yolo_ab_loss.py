@@ -41,9 +41,17 @@ N_STATS = 19
 
 @njit(cache=True, error_model="numpy")
 def _fix_clip(v, max_delta, clip, stats, b):
-    """fix_nan_inf (counted in stats) then clip_value to +-max_delta when max_delta is set."""
+    """fix_clip, the NaN/Inf it zeroes counted in stats."""
     if not math.isfinite(v):
         stats[b, S_NAN_FIXED] += 1
+    return fix_clip(v, max_delta, clip)
+
+
+@njit(cache=True, error_model="numpy")
+def fix_clip(v, max_delta, clip):
+    """fix_nan_inf, then clip_value to +-max_delta when max_delta is set ([yolo]'s and
+    [Gaussian_yolo]'s box deltas)."""
+    if not math.isfinite(v):
         v = _0
     if clip:
         if v > max_delta:
@@ -103,7 +111,7 @@ def delta_yolo_box(tx, ty, tw, th, output, biases, a, index, i, j, lw, lh, netw,
 
 
 @njit(cache=True, error_model="numpy")
-def _smooth(y, eps):
+def smooth(y, eps):
     """label_smooth_eps: y (1 - eps) + eps / 2 (the C's double expression, stored in float)."""
     if eps != 0:
         return f32(np.float64(y * (_1 - eps)) + 0.5 * np.float64(eps))
@@ -122,7 +130,7 @@ def delta_yolo_class(output, delta, index, cls, classes, stride, focal_loss, eps
     ti = index + stride * cls
     has_mult = multipliers.shape[0] > 0
     if delta[ti] != 0:
-        r = _smooth(_1, eps) - output[ti]
+        r = smooth(_1, eps) - output[ti]
         if math.isfinite(r):
             delta[ti] = r
         if has_mult:
@@ -137,7 +145,7 @@ def delta_yolo_class(output, delta, index, cls, classes, stride, focal_loss, eps
         return output[ti]
     for c in range(classes):
         k = index + stride * c
-        r = _smooth(_1 if c == cls else _0, eps) - output[k]
+        r = smooth(_1 if c == cls else _0, eps) - output[k]
         if math.isfinite(r):
             delta[k] = r
         if has_mult and c == cls:
@@ -196,7 +204,7 @@ def _train_anchor(output, delta, truth, tb, cls, biases, a, mask_n, i, j, b, lw,
 
 
 @njit(cache=True, error_model="numpy")
-def _index_in(mask, n, a):
+def index_in(mask, n, a):
     """int_index: the position of anchor a in this layer's mask, or -1."""
     for m in range(n):
         if mask[m] == a:
@@ -314,7 +322,7 @@ def process_batch(b, output, delta, truth, biases, mask, sizes, p, multipliers, 
             if iou > best_iou:
                 best_iou = iou
                 best_n = a
-        mask_n = _index_in(mask, n, best_n)
+        mask_n = index_in(mask, n, best_n)
         if mask_n >= 0:
             _train_anchor(output, delta, truth, tb, cls, biases, best_n, mask_n, i, j, b, lw,
                           lh, classes, netw, neth, outputs, iou_normalizer, obj_normalizer,
@@ -322,7 +330,7 @@ def process_batch(b, output, delta, truth, biases, mask, sizes, p, multipliers, 
                           objectness_smooth, focal_loss, eps, multipliers, stats)
         if iou_thresh < 1:
             for a in range(total):
-                mask_n = _index_in(mask, n, a)
+                mask_n = index_in(mask, n, a)
                 if mask_n < 0 or a == best_n:
                     continue
                 iou = box_iou_kind(_0, _0, biases[2 * a] / f32(netw),
