@@ -327,7 +327,7 @@ def test_map_cadence_and_thresholds(shapes, monkeypatch):
     seen = {}
 
     def fake_map(net, paths, truths, classes, names=None, thresh=None, iou_thresh=None,
-                 progress=None, points=None):
+                 progress=None, points=None, decoder=None):
         seen.update(thresh=thresh, iou_thresh=iou_thresh, points=points)
         return type("Result", (), {"report": lambda self: ""})()
     monkeypatch.setattr(evaluate, "evaluate_map", fake_map)
@@ -344,7 +344,7 @@ def test_map_keeps_candidates_over_0005_after_nms_045(monkeypatch):
     from darknumba.train import evaluate
     seen = []
 
-    def fake_detect_list(net, paths, thresh, nms=None, progress=None):
+    def fake_detect_list(net, paths, thresh, nms=None, progress=None, decoder=None):
         seen.append((thresh, nms))
         return iter(())
     monkeypatch.setattr(evaluate, "detect_list", fake_detect_list)
@@ -357,7 +357,7 @@ def test_valid_thresh_and_nms_per_dialect(shapes, tmp_path, monkeypatch):
     from darknumba.train import evaluate
     seen = []
 
-    def fake_valid(net, paths, names, out, prefix, thresh, nms, coco, progress):
+    def fake_valid(net, paths, names, out, prefix, thresh, nms, coco, progress, decoder=None):
         seen.append((net.dialect, thresh, nms))
         return 0
     monkeypatch.setattr(evaluate, "validate_detector", fake_valid)

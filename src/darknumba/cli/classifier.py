@@ -10,8 +10,9 @@ from typing import Annotated, Optional
 import typer
 
 from .darknet_flags import DontShow, IgnoredClear
-from .options import (BucketMbOption, CheckEveryOption, MpiTimeoutOption, OverlapOption,
-                      SyncBnOption, overlap_bytes)
+from .options import (BucketMbOption, CheckEveryOption, DecoderOption, DetectCompatOption,
+                      MpiTimeoutOption, OverlapOption, SyncBnOption, TrainCompatOption,
+                      overlap_bytes)
 
 classifier_app = typer.Typer(rich_markup_mode=None, help="Darknet's classifier commands: train, predict, valid; "
                                   "example writes a small synthetic set.", no_args_is_help=True)
@@ -33,9 +34,8 @@ def train(data: DataArg, cfg: CfgArg,
           progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
           chart: Annotated[bool, typer.Option(help="draw chart.png in the backup folder (needs matplotlib)")] = True,
           dont_show: DontShow = False,
-          compat: Annotated[Optional[str], typer.Option(
-              help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
-                   "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+          compat: TrainCompatOption = None,
+          decoder: DecoderOption = None,
           sync_bn: SyncBnOption = False,
           check_every: CheckEveryOption = 100,
           mpi_timeout: MpiTimeoutOption = None,
@@ -55,7 +55,7 @@ def train(data: DataArg, cfg: CfgArg,
                                   seed=seed, workers=workers, max_batches=max_batches,
                                   backup=str(backup) if backup else None, log_every=log_every,
                                   progress=progress, chart=chart,
-                                  compat=check_compat(compat))
+                                  compat=check_compat(compat), decoder=decoder)
     result = run_training(train_classifier, str(data), str(cfg), opts,
                           lambda m, file=None: typer.echo(m, err=file is sys.stderr), sync_bn,
                           check_every, mpi_timeout, overlap_bytes(overlap, bucket_mb))
@@ -68,16 +68,18 @@ def predict(data: DataArg, cfg: CfgArg,
             weights: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help=".weights file")],
             images: Annotated[list[Path], typer.Argument(exists=True, dir_okay=False, help="images")],
             top: Annotated[Optional[int], typer.Option(min=1, help="how many classes to print (default: the .data file's `top`, else 1)")] = None,
-            dont_show: DontShow = False, clear: IgnoredClear = False):
+            dont_show: DontShow = False, clear: IgnoredClear = False,
+            decoder: DecoderOption = None, compat: DetectCompatOption = None):
     """Top-k classes of each image with their probabilities, as Darknet prints them."""
     from ..parser import load_network
     from ..train.classifier import ClassifierData, predict_image
-    from ..vision.image import load_image
+    from ..vision.image import load_image, pick_decoder
     dc = ClassifierData.read(data)
-    net = load_network(cfg, weights, batch=1)
+    net = load_network(cfg, weights, batch=1, compat=compat)
+    decoder = pick_decoder(decoder, net.quirks)
     k = top or dc.top
     for p in images:
-        im = load_image(p, c=net.c)
+        im = load_image(p, c=net.c, decoder=decoder)
         t0 = time.time()
         res = predict_image(net, im, k)
         typer.echo(f"{p}: Predicted in {time.time() - t0:f} seconds.", err=True)
@@ -91,7 +93,8 @@ def valid(data: DataArg, cfg: CfgArg,
           top: Annotated[Optional[int], typer.Option(min=1, help="k of the top-k accuracy (default: the .data file's `top`, else 1)")] = None,
           batch: Annotated[int, typer.Option(min=1, help="images per forward pass")] = 16,
           verbose: Annotated[bool, typer.Option(help="print the running accuracy after every batch")] = False,
-          dont_show: DontShow = False, clear: IgnoredClear = False):
+          dont_show: DontShow = False, clear: IgnoredClear = False,
+          decoder: DecoderOption = None, compat: DetectCompatOption = None):
     """Top-1 and top-k accuracy on the .data file's `valid` list (centre crops)."""
     from ..errors import DataError
     from ..parser import load_network
@@ -101,9 +104,10 @@ def valid(data: DataArg, cfg: CfgArg,
         raise DataError(f"{data}: no `valid` list")
     paths, idx = labelled_paths(dc.valid, dc.labels,
                                 log=lambda m, file=None: typer.echo(m, err=True))
-    net = load_network(cfg, weights, batch=batch)
+    net = load_network(cfg, weights, batch=batch, compat=compat)
     k = top or dc.top
-    t1, tk = validate(net, paths, idx, k, batch, log=typer.echo if verbose else None)
+    t1, tk = validate(net, paths, idx, k, batch, log=typer.echo if verbose else None,
+                      decoder=decoder)
     typer.echo(f"{len(paths)} images: top 1: {t1:f}, top {k}: {tk:f}")
 
 

@@ -4,18 +4,23 @@ from typing import Annotated
 
 import typer
 
+from .options import DecoderOption
+
 data_app = typer.Typer(rich_markup_mode=None, help="Check a dataset, or generate the synthetic shapes dataset.",
                        no_args_is_help=True)
 
 
 @data_app.command("check")
 def check(data: Annotated[Path, typer.Argument(exists=True, dir_okay=False, help="Darknet .data file")],
-          policy: Annotated[str, typer.Option(help="skip: report every problem; stop: fail at the first")] = "skip"):
-    """Decode every image and check every label line of the train and valid lists."""
+          policy: Annotated[str, typer.Option(help="skip: report every problem; stop: fail at the first")] = "skip",
+          decoder: DecoderOption = None):
+    """Decode every image and check every label line of the train and valid lists (JPEGs by
+    --decoder: check with stb a set that trains under --compat darknet-cpu)."""
     from ..data.datasets import check_data
     from .detector_train import check_policy
     check_policy(policy, "--policy")
-    _, counts, issues = check_data(data, policy=policy, log=lambda m: typer.echo(m, err=True))
+    _, counts, issues = check_data(data, policy=policy, log=lambda m: typer.echo(m, err=True),
+                                   decoder=decoder or "pillow")
     for k, n in counts.items():
         typer.echo(f"{k}: {n} usable images")
     typer.echo(issues.summary())

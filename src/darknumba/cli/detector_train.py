@@ -11,8 +11,9 @@ import typer
 from ..dialect import ALEXEYAB, PJREDDIE, defaults_for
 from .darknet_flags import DontShow, IgnoredClear, IgnoredExtOutput, IgnoredMap, IgnoredOut
 from .detector import detector_app
-from .options import (BucketMbOption, CheckEveryOption, DialectOption, ExactOption,
-                      MpiTimeoutOption, OverlapOption, SyncBnOption, not_nan, overlap_bytes)
+from .options import (BucketMbOption, CheckEveryOption, DecoderOption, DetectCompatOption,
+                      DialectOption, ExactOption, MpiTimeoutOption, OverlapOption, SyncBnOption,
+                      TrainCompatOption, not_nan, overlap_bytes)
 from .restarts import (HostfileOption, RanksOption, RestartsOption, ShrinkOption,
                        supervise_training)
 
@@ -48,9 +49,8 @@ def train(data: DataArg, cfg: CfgArg,
           ext_output: IgnoredExtOutput = False,
           out_flag: IgnoredOut = None,
           progress: Annotated[bool, typer.Option(help="progress bar with ETA")] = True,
-          compat: Annotated[str | None, typer.Option(
-              help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
-                   "backward overwrites, strided 1x1 forward, adam ignored); default: correct gradients")] = None,
+          compat: TrainCompatOption = None,
+          decoder: DecoderOption = None,
           exact: ExactOption = None,
           sync_bn: SyncBnOption = False,
           check_every: CheckEveryOption = 100,
@@ -89,7 +89,7 @@ def train(data: DataArg, cfg: CfgArg,
                                           checkpoint_every_after, backup_every),
                         progress=progress, letterbox=letterbox, map_every=map_every,
                         map_epochs=map_epochs, map_thresh=map_thresh, compat=check_compat(compat),
-                        dialect=dialect, exact=exact)
+                        dialect=dialect, exact=exact, decoder=decoder)
     result = run_training(train_detector, str(data), str(cfg), opts, _log, sync_bn, check_every,
                           mpi_timeout, overlap_bytes(overlap, bucket_mb))
     if result["interrupted"]:
@@ -113,12 +113,13 @@ def _log(msg, file=None):
     typer.echo(msg, err=file is sys.stderr)
 
 
-def _net(cfg, weights, dc, batch=1):
-    """The network, checked to have detection layers with the .data file's classes."""
+def _net(cfg, weights, dc, batch=1, compat=None):
+    """The network (built as C darknet's CPU build under compat="darknet-cpu"), checked to have
+    detection layers with the .data file's classes."""
     from ..errors import DataError
     from ..parser import load_network
     from ..vision.box import detection_layers
-    net = load_network(str(cfg), str(weights), batch=batch)
+    net = load_network(str(cfg), str(weights), batch=batch, compat=compat)
     classes = detection_layers(net)[-1].classes
     if classes != dc.classes:
         raise DataError(f"{cfg} has classes={classes} in its detection layers, {dc.path} has "
@@ -140,7 +141,8 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
          iou_thresh: Annotated[float, typer.Option("--iou-thresh", "-iou_thresh", callback=not_nan, help="IoU for a true positive (mAP@IoU)")] = AB.map_iou_thresh,
          points: Annotated[int, typer.Option("--points", "-points", help="AP rule: 0 area under the curve (VOC 2010+), 11 (VOC 2007), 101 (COCO)")] = AB.map_points,
          dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
-         map_flag: IgnoredMap = False, clear: IgnoredClear = False, out_flag: IgnoredOut = None):
+         map_flag: IgnoredMap = False, clear: IgnoredClear = False, out_flag: IgnoredOut = None,
+         decoder: DecoderOption = None, compat: DetectCompatOption = None):
     """AlexeyAB's map: per-class AP and TP/FP, P/R/F1/avg IoU at --thresh, mAP@--iou-thresh by
     the --points rule; then COCOeval's 12 figures (AP@[.5:.95], AP50, AP75, APs/m/l, AR),
     computed as pycocotools computes them."""
@@ -150,10 +152,10 @@ def map_(data: DataArg, cfg: CfgArg, weights: WeightsArg,
     from ..data.datasets import valid_dataset
     from ..train.evaluate import evaluate_map
     dc, ds = valid_dataset(data, log=_warn)
-    net = _net(cfg, weights, dc)
+    net = _net(cfg, weights, dc, compat=compat)
     with _bar(len(ds), "map") as bar:
         r = evaluate_map(net, ds.paths, ds.boxes, dc.classes, dc.class_names(), thresh,
-                         iou_thresh, progress=bar.update, points=points)
+                         iou_thresh, progress=bar.update, points=points, decoder=decoder)
     typer.echo(f"detections on {len(ds)} images")
     typer.echo(r.report())
 
@@ -165,14 +167,16 @@ def recall(data: DataArg, cfg: CfgArg, weights: WeightsArg,
            dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
            map_flag: IgnoredMap = False, clear: IgnoredClear = False,
            thresh_flag: Annotated[Optional[float], typer.Option("-thresh", help="Darknet's -thresh: accepted and ignored (Darknet's recall uses a fixed .001; --thresh sets it here)", show_default=False)] = None,
-           out_flag: IgnoredOut = None):
+           out_flag: IgnoredOut = None, decoder: DecoderOption = None,
+           compat: DetectCompatOption = None):
     """validate_detector_recall: per image, truths found by any proposal, proposals per image,
     average best IoU."""
     from ..data.datasets import valid_dataset
     from ..train.evaluate import validate_detector_recall
     dc, ds = valid_dataset(data, log=_warn)
-    net = _net(cfg, weights, dc)
-    for totals in validate_detector_recall(net, ds.paths, ds.boxes, thresh, iou_thresh, nms):
+    net = _net(cfg, weights, dc, compat=compat)
+    for totals in validate_detector_recall(net, ds.paths, ds.boxes, thresh, iou_thresh, nms,
+                                           decoder):
         typer.echo(totals.line())
 
 
@@ -183,7 +187,8 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
           nms: Annotated[Optional[float], typer.Option(callback=not_nan, help="NMS IoU (default: pjreddie 0.45, AlexeyAB 0.6)", show_default=False)] = None,
           dont_show: DontShow = False, ext_output: IgnoredExtOutput = False,
           map_flag: IgnoredMap = False, clear: IgnoredClear = False,
-          thresh_flag: Annotated[Optional[float], typer.Option("-thresh", help="Darknet's -thresh: accepted and ignored (Darknet's valid uses a fixed .005; --thresh sets it here)", show_default=False)] = None):
+          thresh_flag: Annotated[Optional[float], typer.Option("-thresh", help="Darknet's -thresh: accepted and ignored (Darknet's valid uses a fixed .005; --thresh sets it here)", show_default=False)] = None,
+          decoder: DecoderOption = None, compat: DetectCompatOption = None):
     """validate_detector: per-class result files (`<prefix><class>.txt`: id score xmin ymin xmax
     ymax, pixels, 1-based), or with `eval = coco` in the .data file coco_results.json."""
     from ..data.datasets import get_paths, read_data_cfg
@@ -203,12 +208,13 @@ def valid(data: DataArg, cfg: CfgArg, weights: WeightsArg,
         "the data file": data, "the cfg": cfg, "the weights": weights,
         "the valid list": dc.resolve(dc.valid), "the names file": dc.resolve(dc.names)})
     paths = get_paths(dc.resolve(dc.valid))
-    net = _net(cfg, weights, dc)
+    net = _net(cfg, weights, dc, compat=compat)
     d = net.quirks.defaults         # validate_detector's thresh and nms of the dialect
     thresh, nms = d.valid_thresh if thresh is None else thresh, d.valid_nms if nms is None else nms
     coco = dc.eval == "coco"
     with _bar(len(paths), "valid") as bar:
-        written = validate_detector(net, paths, names, out, prefix, thresh, nms, coco, bar.update)
+        written = validate_detector(net, paths, names, out, prefix, thresh, nms, coco, bar.update,
+                                    decoder)
     if coco:
         typer.echo(f"wrote {written} detections to {out / 'coco_results.json'}")
     else:

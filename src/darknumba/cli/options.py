@@ -40,15 +40,23 @@ def _check_compat(value):
     return value
 
 
+# every command that reads photos: detect, detector test/map/recall/valid/train, classifier
+# predict/valid/train, data check (vision.image.pick_decoder resolves None)
 DecoderOption = Annotated[Optional[str], typer.Option(
     "--decoder", callback=_check_decoder,
     help="how JPEG files are decoded: stb (a port of the stb_image C darknet builds: its "
          "pixels, so its percentages to the point) or pillow (libjpeg-turbo: faster, a few grey "
          "levels off); default pillow, stb under --compat darknet-cpu", show_default=False)]
+# the commands that run a network on photos without training it
 DetectCompatOption = Annotated[Optional[str], typer.Option(
     "--compat", callback=_check_compat,
     help="darknet-cpu: as C darknet's CPU build (every convolution exact, JPEGs decoded by "
          "stb)", show_default=False)]
+# detector train, classifier train (checked in the command: detector_train.check_compat)
+TrainCompatOption = Annotated[Optional[str], typer.Option(
+    help="darknet-cpu: reproduce C darknet's CPU build where it is wrong (1x1 convolution "
+         "backward overwrites, strided 1x1 forward, adam ignored) and decode JPEGs with stb as "
+         "it does; default: correct gradients", show_default=False)]
 
 ExactOption = Annotated[Optional[bool], typer.Option(
     "--exact/--winograd", help="--exact: every convolution as im2col + GEMM, as Darknet "

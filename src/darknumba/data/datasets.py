@@ -250,10 +250,11 @@ def _check_label_line(tok, classes):
 
 # -- the dataset ---------------------------------------------------------------------------------
 class DetectionDataset:
-    """Image paths and their (already validated) boxes, loaded once from the label files."""
+    """Image paths and their (already validated) boxes, loaded once from the label files;
+    check_images: decode each image first (JPEGs by `decoder`) and skip those that fail."""
 
     def __init__(self, paths, classes: int, issues: DataIssues | None = None,
-                 check_images: bool = False):
+                 check_images: bool = False, decoder: str = "pillow"):
         self.classes = classes
         self.issues = issues or DataIssues()
         self.paths: list[str] = []
@@ -262,7 +263,7 @@ class DetectionDataset:
             if not os.path.exists(p):
                 self.issues.report("missing-image", p, None, "image file not found", p)
                 continue
-            if check_images and not image_readable(p, self.issues):
+            if check_images and not image_readable(p, self.issues, decoder):
                 continue
             b = parse_label_file(label_path(p), classes, self.issues, image=p)
             if b is None:
@@ -288,19 +289,20 @@ def valid_dataset(datacfg, policy: str = "skip", log=None):
     return dc, DetectionDataset(get_paths(lst), dc.classes, DataIssues(policy, log=log))
 
 
-def image_readable(path: str, issues: DataIssues) -> bool:
+def image_readable(path: str, issues: DataIssues, decoder: str = "pillow") -> bool:
     from ..vision.image import load_image_color
     try:
-        load_image_color(path)
+        load_image_color(path, decoder=decoder)
         return True
     except DataError as e:
         issues.report("unreadable-image", path, None, str(e), path)
         return False
 
 
-def check_data(data_path, which=("train", "valid"), policy: str = "skip", log=None):
-    """`darknumba data check`: every list in the .data file, every image decoded and every
-    label line checked. A `.data` file without `train` is an error (as for `detector train`);
+def check_data(data_path, which=("train", "valid"), policy: str = "skip", log=None,
+               decoder: str = "pillow"):
+    """`darknumba data check`: every list in the .data file, every image decoded (JPEGs by
+    `decoder`, vision.image.DECODERS) and every label line checked. A `.data` file without `train` is an error (as for `detector train`);
     an empty list and a names file whose count differs from `classes` are problems.
     Returns (DataConfig, {list name: usable images}, DataIssues)."""
     dc = read_data_cfg(data_path)
@@ -323,7 +325,8 @@ def check_data(data_path, which=("train", "valid"), policy: str = "skip", log=No
             counts[k] = 0
             continue
         try:
-            counts[k] = len(DetectionDataset(paths, dc.classes, issues, check_images=True))
+            counts[k] = len(DetectionDataset(paths, dc.classes, issues, check_images=True,
+                                             decoder=decoder))
         except DataError:
             if policy == "stop":
                 raise

@@ -92,10 +92,11 @@ class TrainingMap:
     """mAP on the .data file's valid list during training (AlexeyAB's -map): a test copy of
     the network (batch 8, the cfg size, the training network's dialect) gets the weights,
     validate_detector_map runs at thresh .25 (-thresh) and IoU .5, and the best of the run is
-    kept."""
+    kept. `decoder`: how the valid JPEGs are decoded (the training's decoder)."""
 
     def __init__(self, dc, cfgfile, issues, dialect: str, schedule: MapSchedule,
-                 iou_thresh: float = AB.map_iou_thresh, thresh: float = AB.map_thresh):
+                 iou_thresh: float = AB.map_iou_thresh, thresh: float = AB.map_thresh,
+                 decoder: str = "pillow"):
         lst = dc.resolve(dc.valid)
         if not lst:
             raise DarknumbaError(f"{dc.path}: mAP during training needs a `valid` list")
@@ -103,6 +104,7 @@ class TrainingMap:
         self.net = load_network(cfgfile, None, batch=8, dialect=dialect)
         self.classes, self.names = dc.classes, dc.class_names()
         self.schedule, self.iou_thresh, self.thresh = schedule, iou_thresh, thresh
+        self.decoder = decoder
         self.last = self.best = -1.0
 
     def status(self) -> list[str]:
@@ -122,7 +124,8 @@ class TrainingMap:
                 b[:] = a
         self.net.weights_changed()
         r = evaluate_map(self.net, self.ds.paths, self.ds.boxes, self.classes, self.names,
-                         thresh=self.thresh, iou_thresh=self.iou_thresh)
+                         thresh=self.thresh, iou_thresh=self.iou_thresh,
+                         decoder=self.decoder)
         self.schedule.done(i)
         self.last = r.mean_ap
         log(r.report())

@@ -27,7 +27,7 @@ from ..data.datasets import data_int, get_paths, read_data_cfg
 from ..errors import DarknumbaError, DataError
 from ..textfile import read_list
 from ..vision.augment import rand_scale, rand_uniform, random_distort_image
-from ..vision.image import letterbox_image, load_image, resize_image
+from ..vision.image import letterbox_image, load_image, pick_decoder, resize_image
 from .checkpoint import check_backups_not_inputs, remove_stale_temps, save_checkpoint
 from .detector import StopFlag, training_network
 from .history import Progress, TrainingHistory
@@ -188,6 +188,7 @@ class ClassifierTrainOptions:
     partial: bool = False          # accept a checkpoint (seen > 0) that covers fewer layers
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
     exact: bool | None = None      # as TrainOptions.exact (None: DARKNUMBA_EXACT decides)
+    decoder: str | None = None     # JPEGs: "stb" | "pillow"; None: stb under compat, else Pillow
     dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2
@@ -204,11 +205,13 @@ class ClassifierTrainOptions:
 
 class _BatchLoader:
     """Augmented batches on a thread pool, one batch ahead: the whole batch is drawn (images
-    and their augmentation seeds), the images at `positions` in it are loaded (all: None)."""
+    and their augmentation seeds), the images at `positions` in it are loaded (all: None),
+    JPEGs by `decoder` (vision.image.DECODERS)."""
 
     def __init__(self, paths, idx, classes, size, aug, batch, seed, workers, positions=None,
-                 channels=3):
+                 channels=3, decoder="pillow"):
         self.paths, self.idx, self.classes, self.channels = paths, idx, classes, channels
+        self.decoder = decoder
         self.size, self.aug, self.batch = size, aug, batch
         self.positions = list(range(batch) if positions is None else positions)
         self.rng = np.random.default_rng(seed)
@@ -224,7 +227,8 @@ class _BatchLoader:
         X = np.empty((len(items), self.channels, self.size, self.size), np.float32)
         T = np.zeros((len(items), self.classes), np.float32)
         for k, (p, c, s) in enumerate(items):
-            X[k] = augment_image(np.random.default_rng(s), load_image(p, c=self.channels),
+            X[k] = augment_image(np.random.default_rng(s),
+                                 load_image(p, c=self.channels, decoder=self.decoder),
                                  self.size, self.aug)
             T[k, c] = 1
         return X, T
@@ -284,7 +288,8 @@ def train_classifier(datacfg, cfgfile, opts: ClassifierTrainOptions | None = Non
         log(f"Saving weights to {path}")
 
     loader = _BatchLoader(paths, idx, dc.classes, net.w, aug, imgs,
-                          [opts.seed, start], opts.workers, par.positions(), net.c)
+                          [opts.seed, start], opts.workers, par.positions(), net.c,
+                          pick_decoder(opts.decoder, net.quirks))
     bar = Progress(net.max_batches, start, opts.progress, log)
     epoch = net.seen // N
     avg_loss, loss, interrupted = -1.0, math.nan, False
@@ -335,14 +340,16 @@ def predict_image(net, im: np.ndarray, top: int) -> list[tuple[int, float]]:
     return [(i, float(pred[i])) for i in top_k(pred, top)]
 
 
-def validate(net, paths, idx, topk: int, batch: int = 1, log=None):
-    """validate_classifier_single: centre crops, forward, top-1 and top-k accuracy."""
+def validate(net, paths, idx, topk: int, batch: int = 1, log=None, decoder: str | None = None):
+    """validate_classifier_single: centre crops, forward, top-1 and top-k accuracy. JPEGs are
+    decoded by `decoder` (None: the network's rule, vision.image.pick_decoder)."""
+    decoder = pick_decoder(decoder, net.quirks)
     hit1 = hitk = 0
     for start in range(0, len(paths), batch):
         chunk = paths[start:start + batch]
         X = np.zeros((net.batch, net.c, net.h, net.w), np.float32)
         for k, p in enumerate(chunk):
-            X[k] = valid_input(load_image(p, c=net.c), net.w, net.h)
+            X[k] = valid_input(load_image(p, c=net.c, decoder=decoder), net.w, net.h)
         out = np.asarray(net.predict(X)).reshape(net.batch, -1)
         for k in range(len(chunk)):
             best = top_k(out[k, :net.outputs], topk)

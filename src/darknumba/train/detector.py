@@ -23,6 +23,7 @@ from ..errors import DarknumbaError, DataError, WeightsError
 from ..parser import parse_network_cfg
 from ..vision.augment import AugmentConfig
 from ..vision.augment_ab import AbAugmentConfig
+from ..vision.image import pick_decoder
 from ..weights import load_weights, peek_version, plan_weights, save_weights
 from .alexeyab import (AB, AbSchedule, Ema, HoursLeft, MapSchedule, TrainingMap,
                        iteration_line, refuse_dynamic_minibatch)
@@ -65,6 +66,8 @@ class TrainOptions:
     compat: str | None = None      # "darknet-cpu": reproduce C darknet's CPU quirks
     exact: bool | None = None      # True: every convolution as im2col + GEMM; False: Winograd
                                    # for the large 3x3 ones; None: DARKNUMBA_EXACT decides
+    decoder: str | None = None     # JPEGs (training and -map's valid list): "stb" | "pillow";
+                                   # None: stb under compat, else Pillow (image.pick_decoder)
     dialect: str | None = None     # pjreddie | alexeyab (None: chosen from the cfg and weights)
     seed: int = 0
     workers: int = 2               # loader threads
@@ -244,11 +247,12 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     aug, scales, schedule, ema = dialect_rules(net, dc, opts, start, log)
     history = TrainingHistory(backup_dir, base, start, net.max_batches, opts.chart,
                               par.is_root, log)
+    decoder = pick_decoder(opts.decoder, net.quirks)
     tmap = None
     if opts.map_every:
         tmap = TrainingMap(dc, cfgfile, issues, net.dialect, MapSchedule(
             opts.map_every, len(ds), imgs, net.burn_in, net.max_batches, start, opts.map_epochs),
-            thresh=opts.map_thresh)
+            thresh=opts.map_thresh, decoder=decoder)
     hours_left = HoursLeft()
     written: list[str] = []
 
@@ -275,7 +279,7 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
     interrupted = False
     loader = DetectionLoader(ds, imgs, aug, scales, seed=opts.seed, start=start,
                              workers=opts.workers, positions=par.positions(), channels=net.c,
-                             decoder="stb" if net.quirks.stb_jpeg else "pillow")
+                             decoder=decoder)
     try:
         with StopFlag() as stop:
             while net.current_batch() < net.max_batches:

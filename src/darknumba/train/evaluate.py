@@ -260,15 +260,17 @@ def recall_stats(proposals, truths, iou_thresh: float = 0.5):
 
 
 # -- running a network over a list -------------------------------------------------------------
-def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
+def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None,
+                decoder: str | None = None):
     """Darknet's test path (letterbox, forward, get_network_boxes, do_nms_sort) over a list, in
-    batches of net.batch (files decoded ahead by vision.detector.Detector): yields (index,
+    batches of net.batch (files decoded ahead by vision.detector.Detector, JPEGs by `decoder`:
+    "stb", "pillow", None for the network's rule, vision.image.pick_decoder): yields (index,
     path, (w, h), boxes (k,4) relative, probs (k,C), objectness (k,)). An unreadable image
     raises DataError."""
     from ..vision.box import detection_layers
     from ..vision.detector import Detector
     numbers = [str(c) for c in range(detection_layers(net)[-1].classes)]
-    detector = Detector(net, thresh=thresh, nms=nms, names=numbers)
+    detector = Detector(net, thresh=thresh, nms=nms, names=numbers, decoder=decoder)
     for k, p in enumerate(detector.run(paths)):
         if p.error is not None:
             raise DataError(p.error)
@@ -280,10 +282,12 @@ def detect_list(net, paths, thresh: float, nms: float = 0.45, progress=None):
 
 def evaluate_map(net, paths, truths, classes, names=None, thresh=AB.map_thresh,
                  iou_thresh=AB.map_iou_thresh, det_thresh=AB.map_det_thresh, nms=AB.map_nms,
-                 progress=None, points=AB.map_points) -> MapResult:
-    """validate_detector_map over images `paths` with label rows `truths`."""
+                 progress=None, points=AB.map_points, decoder: str | None = None) -> MapResult:
+    """validate_detector_map over images `paths` with label rows `truths` (JPEGs decoded by
+    `decoder`, as detect_list)."""
     rows, sizes = [], []
-    for k, _, size, boxes, probs, _ in detect_list(net, paths, det_thresh, nms, progress):
+    for k, _, size, boxes, probs, _ in detect_list(net, paths, det_thresh, nms, progress,
+                                                   decoder):
         sizes.append(size)
         i, c = np.nonzero(probs > 0)
         if len(i):
@@ -311,12 +315,14 @@ class RecallTotals:
 
 
 def validate_detector_recall(net, paths, truths, thresh: float = 0.001,
-                             iou_thresh: float = 0.5, nms: float = 0.4):
+                             iou_thresh: float = 0.5, nms: float = 0.4,
+                             decoder: str | None = None):
     """validate_detector_recall: per image, the truths found by a proposal (objectness >
-    thresh) with IoU > iou_thresh; yields the running RecallTotals after each image."""
+    thresh) with IoU > iou_thresh; yields the running RecallTotals after each image (JPEGs
+    decoded by `decoder`, as detect_list)."""
     total = correct = proposals = 0
     iou_sum = 0.0
-    for k, _, _, boxes, _, objs in detect_list(net, paths, thresh, nms):
+    for k, _, _, boxes, _, objs in detect_list(net, paths, thresh, nms, decoder=decoder):
         keep = objs > thresh
         proposals += int(keep.sum())
         n, c, s = recall_stats(boxes[keep], truths[k], iou_thresh)
@@ -354,11 +360,11 @@ def coco_image_id(path: str) -> int:
 
 def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
                       thresh: float = 0.005, nms: float = 0.45, coco: bool = False,
-                      progress=None) -> int:
+                      progress=None, decoder: str | None = None) -> int:
     """validate_detector: per-class result files `out/<prefix><name>.txt` (the name made one
     safe file name by class_file_stems; image stem, score, xmin ymin xmax ymax in 1-based
     pixels clipped to the image), or with `coco` out/coco_results.json (category ids mapped to COCO's when there are 80 classes). Returns
-    the number of detections written."""
+    the number of detections written. JPEGs are decoded by `decoder`, as detect_list."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     classes = len(names)
@@ -368,7 +374,8 @@ def validate_detector(net, paths, names, out, prefix: str = "comp4_det_test_",
         files = {} if coco else {c: stack.enter_context(atomic_output(out / f"{prefix}{stem}.txt",
                                                                       "w"))
                                  for c, stem in enumerate(class_file_stems(names))}
-        for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, progress):
+        for _, p, (w, h), boxes, probs, _ in detect_list(net, paths, thresh, nms, progress,
+                                                         decoder):
             stem = os.path.splitext(os.path.basename(p))[0]
             for b, pr in zip(boxes, probs):
                 x0, x1 = (b[0] - b[2] / 2) * w, (b[0] + b[2] / 2) * w

@@ -53,7 +53,8 @@ from ..textfile import read_list, read_text
 from .box import detect, detection_layers, detection_results, format_lines
 from .box_ab import detection_results_v3, format_lines_v3
 from .draw import draw_detections, save_png
-from .image import DECODERS, bytes_to_image, convert_channels, image_from_pil, load_image
+from .image import (DECODERS, bytes_to_image, convert_channels, image_from_pil, load_image,
+                    pick_decoder)
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm",
               ".pgm", ".pnm", ".tga"}
@@ -345,7 +346,7 @@ class Detector:
         else:
             self.net = load_network(cfg, weights, batch=batch, dialect=dialect, exact=exact,
                                     compat=compat)
-        self.decoder = decoder or ("stb" if self.net.quirks.stb_jpeg else "pillow")
+        self.decoder = pick_decoder(decoder, self.net.quirks)
         calculate_binary_weights(self.net)  # AlexeyAB's xnor layers by bits, as its test_detector
         self.classes = detection_layers(self.net)[-1].classes
         cfg_path = self.net.cfg_path

@@ -133,6 +133,17 @@ def _decode(p: Path, c: int, decoder: str = "pillow") -> np.ndarray:
             raise DataError(f"cannot read image {p}: {type(e).__name__}: {e}") from None
 
 
+def pick_decoder(decoder: str | None, quirks) -> str:
+    """The JPEG decoder a command uses: `decoder` when given (one of DECODERS), else the
+    network's rule: stb under compat="darknet-cpu" (Quirks.stb_jpeg: the C build decodes with
+    stb_image), Pillow otherwise."""
+    if decoder is None:
+        return "stb" if quirks.stb_jpeg else "pillow"
+    if decoder not in DECODERS:
+        raise ValueError(f"decoder must be one of {', '.join(DECODERS)}, not {decoder!r}")
+    return decoder
+
+
 def load_image(path, w: int = 0, h: int = 0, c: int = 3, decoder: str = "pillow") -> np.ndarray:
     """load_image: (c, h, w) float32 in [0, 1] with c channels (1 grey, 2 grey+alpha, 3 RGB,
     4 RGBA); resized with resize_image when w and h are given and differ. decoder: "pillow",
