@@ -68,8 +68,10 @@ def det(tmp_path_factory):
     data = shapes_set(root / "ok", n=6, seed=11, valid_fraction=0.5)
     cut = shapes_set(root / "cut", n=4, seed=12, valid_fraction=0.5)
     truncate_jpegs(cut.parent)
+    cut_valid = shapes_set(root / "cut-valid", n=4, seed=13, valid_fraction=0.5)
+    truncate_jpegs(cut_valid.parent / "images" / "valid")
     return {"root": root, "cfg": cfg, "weights": weights, "train_cfg": train_cfg, "data": data,
-            "cut": cut}
+            "cut": cut, "cut_valid": cut_valid}
 
 
 @pytest.fixture(scope="module")
@@ -164,6 +166,21 @@ def test_detector_train_loss_follows_the_decoder(det, tmp_path):
             (first,) = train_losses(r.stdout)
             results.setdefault(compat, []).append(first)
     assert_follows_decoder(results)
+
+
+def test_detector_train_map_reads_the_valid_list_with_the_decoder(det, tmp_path):
+    """--map-every: the valid list (truncated JPEGs; the training images are whole) is read by
+    the training's decoder."""
+    for k, (opts, decoder) in enumerate(CHOICES):
+        r = invoke("detector", "train", det["cut_valid"], det["train_cfg"], "--backup",
+                   tmp_path / str(k), "--no-chart", "--no-progress", "--workers", "1",
+                   "--map-every", "1", *opts)
+        if decoder == "stb":
+            assert r.exit_code == 0, r.output
+            assert "mAP@0.50" in r.output
+        else:
+            assert isinstance(r.exception, DataError), r.output
+            assert "truncated" in str(r.exception) and "valid" in str(r.exception)
 
 
 def test_classifier_train_loss_follows_the_decoder(cls, tmp_path):
