@@ -15,7 +15,6 @@ import math
 import numpy as np
 
 from ..detections import Detections
-from ..kernels.box_ab import DEFAULT_NMS, DIOU_NMS, GREEDY_NMS
 from ..kernels.gaussian_yolo import (YOLO_CENTER, YOLO_LEFT_TOP, YOLO_RIGHT_BOTTOM,
                                      activate_gaussian_yolo_output,
                                      correct_gaussian_yolo_boxes_cpu, gaussian_delta_squares,
@@ -27,14 +26,9 @@ from ..kernels.gaussian_yolo_loss import (G_ANYOBJ, G_CAT, G_CLASS_COUNT, G_COUN
 from .base import require_image_input
 from .truth import check_box_truth
 from .yolo import _warn_anchor_count
-from .yolo_ab import (FLT_MAX, IOU_KINDS, AbYoloLayer, _choice, _class_map,
-                      _classes_multipliers)
+from .yolo_ab import FLT_MAX, AbYoloLayer, _choice, _class_map
 
 POINTS = {"center": YOLO_CENTER, "left_top": YOLO_LEFT_TOP, "right_bottom": YOLO_RIGHT_BOTTOM}
-# cornersnms: AlexeyAB's diounms_sort suppresses by plain IoU for it (its merging of corner
-# points is commented out), which is what do_nms_sort does, in the same order
-NMS_KINDS = {"default": DEFAULT_NMS, "greedynms": GREEDY_NMS, "diounms": DIOU_NMS,
-             "cornersnms": DEFAULT_NMS}
 
 
 class GaussianYoloLayer(AbYoloLayer):
@@ -81,31 +75,9 @@ class GaussianYoloLayer(AbYoloLayer):
             raise s.error("max", f"must be at least 1, found {max_boxes}")
         l = cls(params.batch, params.w, params.h, n, total, mask, classes,
                 anchors[:2 * total] if anchors else None, max_boxes)
-        l.max_delta = s.find_float("max_delta", FLT_MAX)
-        if s.has("counters_per_class"):
-            l.classes_multipliers = _classes_multipliers(s, l.classes, l.max_delta)
-        l.label_smooth_eps = s.find_float("label_smooth_eps", 0.0)
-        l.scale_x_y = s.find_float("scale_x_y", 1.0)
-        l.objectness_smooth = s.find_int("objectness_smooth", 0)
+        l.read_loss_keys(s)
         l.uc_normalizer = s.find_float("uc_normalizer", 1.0)
-        l.iou_normalizer = s.find_float("iou_normalizer", 0.75)
-        l.obj_normalizer = s.find_float("obj_normalizer", 1.0)
-        l.cls_normalizer = s.find_float("cls_normalizer", 1.0)
-        l.delta_normalizer = s.find_float("delta_normalizer", 1.0)
-        l.iou_loss = _choice(s, "iou_loss", "mse", IOU_KINDS)
-        l.iou_thresh_kind = _choice(s, "iou_thresh_kind", "iou",
-                                    {k: v for k, v in IOU_KINDS.items() if k != "mse"})
-        l.beta_nms = s.find_float("beta_nms", 0.6)
-        l.nms_kind = _choice(s, "nms_kind", "default", NMS_KINDS)
         l.yolo_point = _choice(s, "yolo_point", "center", POINTS)
-        l.jitter = s.find_float("jitter", 0.2)
-        l.resize_range = s.find_float("resize", 1.0)
-        if not l.resize_range > 0:
-            raise s.error("resize", f"must be above 0, found {l.resize_range}")
-        l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
-        l.truth_thresh = s.find_float("truth_thresh", 1.0)
-        l.iou_thresh = s.find_float("iou_thresh", 1.0)
-        l.random = s.find_float("random", 0.0)
         if s.has("map"):
             l.map = _class_map(s, params.path, l.classes)
         return l

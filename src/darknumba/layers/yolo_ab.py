@@ -90,31 +90,9 @@ class AbYoloLayer(YoloLayer):
             raise s.error("max", f"must be at least 1, found {l.max_boxes}")
         l.truths = l.max_boxes * l.truth_size
         l.show_details = s.find_int("show_details", 1)
-        l.max_delta = s.find_float("max_delta", FLT_MAX)
-        if s.has("counters_per_class"):
-            l.classes_multipliers = _classes_multipliers(s, l.classes, l.max_delta)
-        l.label_smooth_eps = s.find_float("label_smooth_eps", 0.0)
-        l.scale_x_y = s.find_float("scale_x_y", 1.0)
-        l.objectness_smooth = s.find_int("objectness_smooth", 0)
         l.new_coords = s.find_int("new_coords", 0)
-        l.iou_normalizer = s.find_float("iou_normalizer", 0.75)
-        l.obj_normalizer = s.find_float("obj_normalizer", 1.0)
-        l.cls_normalizer = s.find_float("cls_normalizer", 1.0)
-        l.delta_normalizer = s.find_float("delta_normalizer", 1.0)
-        l.iou_loss = _choice(s, "iou_loss", "mse", IOU_KINDS)
-        l.iou_thresh_kind = _choice(s, "iou_thresh_kind", "iou",
-                                    {k: v for k, v in IOU_KINDS.items() if k != "mse"})
-        l.beta_nms = s.find_float("beta_nms", 0.6)
-        l.nms_kind = _choice(s, "nms_kind", "default", NMS_KINDS)
-        l.jitter = s.find_float("jitter", 0.2)
-        l.resize_range = s.find_float("resize", 1.0)
-        if not l.resize_range > 0:      # training divides by it (the crop's scale range)
-            raise s.error("resize", f"must be above 0, found {l.resize_range}")
         l.focal_loss = s.find_int("focal_loss", 0)
-        l.ignore_thresh = s.find_float("ignore_thresh", 0.5)
-        l.truth_thresh = s.find_float("truth_thresh", 1.0)
-        l.iou_thresh = s.find_float("iou_thresh", 1.0)
-        l.random = s.find_float("random", 0.0)
+        l.read_loss_keys(s)
         l.tracking = {"track_history_size": s.find_int("track_history_size", 5),
                       "sim_thresh": s.find_float("sim_thresh", 0.8),
                       "dets_for_track": s.find_int("dets_for_track", 1),
@@ -130,6 +108,33 @@ class AbYoloLayer(YoloLayer):
         if s.has("map"):
             l.map = _class_map(s, params.path, l.classes)
         return l
+
+    def read_loss_keys(self, s):
+        """The keys AlexeyAB's parse_yolo and parse_gaussian_yolo both read, with the same
+        defaults: the loss's settings, NMS, and the data loader's jitter and resize."""
+        self.max_delta = s.find_float("max_delta", FLT_MAX)
+        if s.has("counters_per_class"):
+            self.classes_multipliers = _classes_multipliers(s, self.classes, self.max_delta)
+        self.label_smooth_eps = s.find_float("label_smooth_eps", 0.0)
+        self.scale_x_y = s.find_float("scale_x_y", 1.0)
+        self.objectness_smooth = s.find_int("objectness_smooth", 0)
+        self.iou_normalizer = s.find_float("iou_normalizer", 0.75)
+        self.obj_normalizer = s.find_float("obj_normalizer", 1.0)
+        self.cls_normalizer = s.find_float("cls_normalizer", 1.0)
+        self.delta_normalizer = s.find_float("delta_normalizer", 1.0)
+        self.iou_loss = _choice(s, "iou_loss", "mse", IOU_KINDS)
+        self.iou_thresh_kind = _choice(s, "iou_thresh_kind", "iou",
+                                       {k: v for k, v in IOU_KINDS.items() if k != "mse"})
+        self.beta_nms = s.find_float("beta_nms", 0.6)
+        self.nms_kind = _choice(s, "nms_kind", "default", NMS_KINDS)
+        self.jitter = s.find_float("jitter", 0.2)
+        self.resize_range = s.find_float("resize", 1.0)
+        if not self.resize_range > 0:   # training divides by it (the crop's scale range)
+            raise s.error("resize", f"must be above 0, found {self.resize_range}")
+        self.ignore_thresh = s.find_float("ignore_thresh", 0.5)
+        self.truth_thresh = s.find_float("truth_thresh", 1.0)
+        self.iou_thresh = s.find_float("iou_thresh", 1.0)
+        self.random = s.find_float("random", 0.0)
 
     # -- forward --------------------------------------------------------------------------
     def forward(self, net):
