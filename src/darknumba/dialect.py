@@ -177,6 +177,13 @@ class Quirks:
     # float way (training, inference before calculate_binary_weights) binarises each filter
     # over l.nweights values, past the end of the weights: no defined result, an error here
     xnor_cpu_bugs: bool = False
+    # [region] as AlexeyAB's region_layer.c (layers/region_ab.py): the output kept flattened,
+    # [cell][anchor][4 + 1 + classes], only objectness and classes activated, its loss (the
+    # logistic's derivative inside the deltas, classfix, focal_loss), its detections
+    # (objectness 1) and 200 truths of 6 values. Both of AlexeyAB's builds compute this (its GPU
+    # forward flattens too); darknumba's alexeyab dialect otherwise keeps pjreddie's [region],
+    # so it is set under compat="darknet-cpu", where `compare` holds the tensors against C
+    region_alexeyab: bool = False
 
     # -- what the dialects compute differently ---------------------------------------------------
     # batch norm forward: pjreddie (x - m) / (sqrt(v) + 1e-6); AlexeyAB (x - m) / sqrt(v + 1e-5)
@@ -318,6 +325,7 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       implicit_not_updated=compat == "darknet-cpu",
                       activate_lacks_ab_cases=compat == "darknet-cpu",
                       contrastive_output_zero=compat == "darknet-cpu",
+                      region_alexeyab=compat == "darknet-cpu",
                       overwrite_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,

@@ -71,6 +71,11 @@ class Lazy:
         return self.load().from_cfg(s, params)
 
 
+def _ab_region():
+    from .region_ab import AbRegionLayer
+    return AbRegionLayer
+
+
 def _gaussian_yolo():
     from .gaussian_yolo import GaussianYoloLayer
     return GaussianYoloLayer
@@ -95,7 +100,7 @@ LAYER_TYPES = {
     "softmax": SoftmaxLayer, "soft": SoftmaxLayer,
     "dropout": DropoutLayer,
     "cost": CostLayer,
-    "region": RegionLayer,
+    "region": ByQuirk("region_alexeyab", RegionLayer, _ab_region),
     "reorg": ReorgLayer,
     "reorg3d": Reorg3dLayer,
     "detection": DetectionLayer,
