@@ -8,7 +8,6 @@ import cv2
 import numpy as np
 import pytest
 
-from darknumba.errors import DarknumbaError
 from darknumba.vision.augment_ab import (AbAugmentConfig, Crop, _crop_resize_linear,
                                          _distort_hsv_ab, add_gaussian_noise, augment_ab,
                                          blur_image, fill_truth_ab, gaussian_blur, jitter_crop,
@@ -354,8 +353,6 @@ def test_config_from_network(tmp_path):
     assert AbAugmentConfig.from_network(_ab_net(tmp_path, mixup=1)).mixup == 3
     a = AbAugmentConfig.from_network(_ab_net(tmp_path, flip=0, letter_box=1))
     assert not a.flip and a.letter_box
-    with pytest.raises(DarknumbaError, match=r"ab.cfg: \[net\] track=1 .*not supported"):
-        AbAugmentConfig.from_network(_ab_net(tmp_path, track=1))
 
 
 def test_loader_keeps_200_boxes_and_says_so(tmp_path):

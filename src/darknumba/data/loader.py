@@ -3,10 +3,11 @@
 Reproducible with a seed whatever the thread timing: image i of batch k is drawn and augmented
 with its own generator seeded with (seed, k, i) (AlexeyAB's per-thread mosaic / mixup choice:
 (seed, k)), and the multi-scale size of batch k is a function of (seed, k // 10) alone
-(AlexeyAB's: of (seed, (k - first batch of the run) // 10)). So a loader can load any part of a
-batch (`positions`: a data-parallel rank's share) and get exactly those images of the whole
-batch. Decoding (PIL) and the augmentation kernels (numba, nogil) release the GIL, so a couple
-of threads keep ahead of the network.
+(AlexeyAB's: of (seed, (k - first batch of the run) // 10)); under track=1 a thread share's
+sequences come from (seed, k, share) and its common augmentation from (seed, k, share,
+picture). So a loader can load any part of a batch (`positions`: a data-parallel rank's
+share) and get exactly those images of the whole batch. Decoding (PIL) and the augmentation
+kernels (numba, nogil) release the GIL, so a couple of threads keep ahead of the network.
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from ..vision.augment import AugmentConfig, augment_detection
 from ..vision.augment_ab import AbAugmentConfig, track_id_base
 from ..vision.image import load_image
 from ..vision.mosaic_ab import load_data_detection_ab
+from ..vision.sequence_ab import TrackSource
 from .datasets import DetectionDataset, label_path
 
 RESIZE_EVERY = 10   # train_detector: a new size every 10 batches when random=1
@@ -90,7 +92,8 @@ class AbMultiScale:
 class DetectionLoader:
     """Iterate (X (n,c,h,w) float32, truth (n, max_boxes*truth_size) float32) from batch
     `start` on: the batch's `images` images, or only those at `positions` among them
-    (n = len(positions)). Images are drawn at random with replacement (get_random_paths),
+    (n = len(positions)). Images are drawn at random with replacement (get_random_paths;
+    AlexeyAB's track=1: in sequences through the list, get_sequential_paths),
     loaded with `channels` channels (the network's c: 1 gives grey, as AlexeyAB's
     load_data_detection). `aug` says whose augmentation: AugmentConfig (pjreddie's
     load_data_detection, 5 floats per truth) or AbAugmentConfig (AlexeyAB's, with mosaic and
@@ -109,7 +112,7 @@ class DetectionLoader:
         self.positions = list(range(images) if positions is None else positions)
         self.channels = channels
         self.decoder = decoder
-        self.seed, self.next_index = seed, start
+        self.seed, self.next_index, self.start = seed, start, start
         self.prefetch = max(1, prefetch)
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers),
                                        thread_name_prefix="darknumba-loader")
@@ -136,6 +139,20 @@ class DetectionLoader:
                 self.ds.issues.report("unreadable-image", path, None, str(e), path)
         raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())
 
+    def load_at(self, j: int):
+        """Image j of the list for a track=1 sequence: (image, boxes, track id base); an
+        unreadable one is reported and the next in the list taken instead, up to 100 times
+        (AlexeyAB's loader leaves the row unfilled)."""
+        for step in range(100):
+            i = (j + step) % len(self.ds)
+            path = self.ds.paths[i]
+            try:
+                im = load_image(path, c=self.channels, decoder=self.decoder)
+                return im, self.ds.boxes[i], self.track_bases[i]
+            except DataError as e:
+                self.ds.issues.report("unreadable-image", path, None, str(e), path)
+        raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())
+
     def load_batch(self, k: int):
         w, h = self.scales.size(k)
 
@@ -148,9 +165,16 @@ class DetectionLoader:
                 return im, self.ds.boxes[j], self.track_bases[j]
             def pair_rng(position):
                 return np.random.default_rng([self.seed, k, position, 1])
+            track, threads = None, None
+            if self.aug.track:
+                track = TrackSource(
+                    len(self.ds), self.load_at,
+                    lambda start: np.random.default_rng([self.seed, k, start, 2]),
+                    lambda start, q: np.random.default_rng([self.seed, k, start, 3, q]))
+                threads = self.aug.sequential.threads(k, self.start)
             return load_data_detection_ab(np.random.default_rng([self.seed, k]), draw,
                                           self.images, w, h, self.aug, self.positions,
-                                          image_rng, pair_rng)
+                                          image_rng, pair_rng, track, threads)
         X = np.empty((len(self.positions), self.channels, h, w), dtype=np.float32)
         T = np.zeros((len(self.positions), self.aug.max_boxes * 5), dtype=np.float32)
         for i, position in enumerate(self.positions):

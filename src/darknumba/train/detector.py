@@ -245,6 +245,11 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
         f"learning rate {net.learning_rate}, momentum {net.momentum}, decay {net.decay}; "
         f"starting at iteration {start} of {net.max_batches}")
     aug, scales, schedule, ema = dialect_rules(net, dc, opts, start, log)
+    sequential = getattr(aug, "sequential", None)       # track=1 (vision/sequence_ab.py)
+    if sequential is not None:
+        log(f"Tracking! batch = {net.batch}, subdiv = {net.subdivisions}, time_steps = "
+            f"{net.time_steps}, mini_batch = {aug.mini_batch}")
+    seq_shown = None
     history = TrainingHistory(backup_dir, base, start, net.max_batches, opts.chart,
                               par.is_root, log)
     decoder = pick_decoder(opts.decoder, net.quirks)
@@ -285,6 +290,10 @@ def train_detector(datacfg, cfgfile, opts: TrainOptions | None = None, log=print
             while net.current_batch() < net.max_batches:
                 t0 = time.time()
                 X, T = next(loader)
+                if sequential is not None and sequential.current(i) != seq_shown:
+                    seq_shown = sequential.current(i)
+                    log(f" sequential_subdivisions = {seq_shown}, sequence = "
+                        f"{sequential.sequence(i)}")
                 h, w = X.shape[2], X.shape[3]
                 if (w, h) != (net.w, net.h):
                     log(f"Resizing to {w} x {h}")

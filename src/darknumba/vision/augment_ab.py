@@ -20,8 +20,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from ..errors import DarknumbaError
+from ..errors import CfgError
 from .augment import hsv_to_rgb, rand_scale
+from .sequence_ab import SequentialSubdivisions
 
 TRUTH_SIZE = 6          # x, y, w, h, class, track id
 
@@ -51,14 +52,22 @@ class AbAugmentConfig:
     contrastive_color: bool = False
     threads: int | None = None    # loader threads sharing a batch (None: 6; contrastive=1:
                                   # at most mini-batch / 2, so that each holds whole pairs)
+    # [net] track=1 (vision/sequence_ab.py): each thread's images are mini_batch sequences
+    # stepping through the list at a speed in 1..augment_speed, augmented alike; the threads
+    # are `sequential` (sequential_subdivisions, by iteration)
+    track: bool = False
+    augment_speed: int = 2
+    mini_batch: int = 1
+    sequential: SequentialSubdivisions | None = None
 
     @classmethod
     def from_network(cls, net, log=None):
         """AlexeyAB's parser turns mosaic/cutmix/mixup into one mode (mosaic wins over mixup;
         cutmix is for classifiers: load_data_detection drops it with a message, as here)."""
-        if net.track:
-            raise DarknumbaError(f"{net.cfg_path}: [net] track=1 (AlexeyAB's video tracking "
-                                 f"training) is not supported for detector training yet")
+        if net.track and net.sequential_subdivisions < 0:
+            raise CfgError(f"{net.cfg_path}: [net] sequential_subdivisions="
+                           f"{net.sequential_subdivisions}: expected 0 (= subdivisions) to "
+                           f"subdivisions={net.subdivisions}")
         last = [l for l in net.layers if l.detector_head][-1]
         mode = int(net.mixup)
         if net.cutmix and not net.mosaic:
@@ -80,7 +89,10 @@ class AbAugmentConfig:
                    contrastive=bool(net.contrastive),
                    contrastive_jit_flip=bool(net.contrastive_jit_flip),
                    contrastive_color=bool(net.contrastive_color),
-                   threads=max(1, min(6, net.batch // 2)) if net.contrastive else None)
+                   threads=max(1, min(6, net.batch // 2)) if net.contrastive else None,
+                   track=bool(net.track), augment_speed=int(net.augment_speed),
+                   mini_batch=max(1, net.batch // net.time_steps),
+                   sequential=SequentialSubdivisions.from_network(net) if net.track else None)
 
 
 @dataclass
@@ -103,20 +115,22 @@ def _between(lo, hi, r):
 
 
 def jitter_crop(rng, ow, oh, w, h, a: AbAugmentConfig, quarter: int | None = None,
-                shared=None) -> Crop:
+                shared=None, track=None) -> Crop:
     """load_data_detection's crop window for an ow x oh image on a w x h network. `quarter`
     (0..3: top-left, top-right, bottom-left, bottom-right) is the mosaic quarter the image
     goes to: half the time the window's outer sides are put on the image's edges (AlexeyAB's
     "move each 2nd image to the corner"), so that the quarter shows mostly picture.
     C truncates each side to an int after every step; so do we. `shared`: where the side
-    jitters and the flip are drawn instead of rng (a contrastive pair's common draws)."""
+    jitters and the flip are drawn instead of rng (a contrastive pair's common draws);
+    `track`: where the scale draws are too (track=1: a thread share's common draws)."""
     dw, dh = int(ow * a.jitter), int(oh * a.jitter)
     down = 1 / a.resize if a.resize > 1 else a.resize
     up = 1 / a.resize if a.resize < 1 else a.resize
     min_rdw, min_rdh = int(ow * (1 - 1 / down) / 2), int(oh * (1 - 1 / down) / 2)   # <= 0
     max_rdw, max_rdh = int(ow * (1 - 1 / up) / 2), int(oh * (1 - 1 / up) / 2)       # >= 0
-    rs1, rs2 = rng.random(), rng.random()
-    src = rng if shared is None else shared
+    src = rng if track is None else track
+    rs1, rs2 = src.random(), src.random()
+    src = src if shared is None else shared
     r1, r2, r3, r4 = src.random(4)
     flip = bool(a.flip and src.integers(2))
     pleft, pright = int(_between(-dw, dw, r1)), int(_between(-dw, dw, r2))
@@ -334,22 +348,27 @@ def add_gaussian_noise(rng, im, sigma: int):
 
 # -- one image ---------------------------------------------------------------------------------
 def augment_ab(rng, im, boxes, track_base, w, h, a: AbAugmentConfig, quarter=None,
-               pair_rng=None):
+               pair_rng=None, track_rng=None):
     """One image as load_data_detection prepares it: returns (image (3, h, w) float32, truth
     (max_boxes, 6) float32, the Crop used). pair_rng (contrastive=1): the generator both
-    images of a pair draw their common crop and colour from."""
+    images of a pair draw their common crop and colour from. track_rng (track=1): the one
+    every image of a thread share draws its crop, flip, colour, blur and noise choice from
+    (AlexeyAB's augmentation_calculated), in AlexeyAB's order; the mosaic corner move, the
+    box shuffle and the noise's pixels stay each image's own (from rng)."""
     _, oh, ow = im.shape
-    pair = pair_rng is not None
+    pair = pair_rng is not None and track_rng is None
     crop = jitter_crop(rng, ow, oh, w, h, a, quarter,
-                       pair_rng if pair and not a.contrastive_jit_flip else None)
+                       pair_rng if pair and not a.contrastive_jit_flip else None, track_rng)
     csrc = pair_rng if pair and not a.contrastive_color else rng
+    csrc = csrc if track_rng is None else track_rng
     dhue = csrc.uniform(-a.hue, a.hue) if a.hue else 0.0
     dsat = rand_scale(csrc, a.saturation)
     dexp = rand_scale(csrc, a.exposure)
+    choose = rng if track_rng is None else track_rng      # the blur and noise choices
     blur = 0
     if a.blur:
-        blur = (0, 1, a.blur)[int(rng.integers(3))]   # none, background, AlexeyAB's `blur`
-    noise = a.gaussian_noise if a.gaussian_noise and rng.integers(2) else 0
+        blur = (0, 1, a.blur)[int(choose.integers(3))]  # none, background, AlexeyAB's `blur`
+    noise = a.gaussian_noise if a.gaussian_noise and choose.integers(2) else 0
     truth, min_side = fill_truth_ab(rng, boxes, track_base, crop, ow, oh, w, h, a.max_boxes)
     if blur > 1 and min_side // 8 < blur:
         blur = min_side // 8                           # do not blur away the smallest object

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 
 from .augment_ab import AbAugmentConfig, Crop, augment_ab
+from .sequence_ab import sequential_plan
 
 LOADER_THREADS = 6          # AlexeyAB's OpenCV build: args.threads = 6 per GPU
 MOSAIC_MIN_OFFSET = 0.2     # the mosaic centre stays in the middle 60% of each axis
@@ -120,7 +121,8 @@ def blend_truth_mosaic(truth, new, w, h, cut_x, cut_y, q, shifts, mosaic_bound=F
 
 
 def load_data_detection_ab(rng, draw, n: int, w: int, h: int, a: AbAugmentConfig,
-                           positions=None, image_rng=None, pair_rng=None):
+                           positions=None, image_rng=None, pair_rng=None, track=None,
+                           threads=None):
     """A batch of n images at w x h as AlexeyAB's loader makes it. draw(rng) gives the next
     random training image: (image (3, ih, iw) float32, boxes (k, 5) [x, y, w, h, class],
     track id base). Returns X (n, 3, h, w) float32 and truths (n, max_boxes * 6) float32: of
@@ -128,39 +130,60 @@ def load_data_detection_ab(rng, draw, n: int, w: int, h: int, a: AbAugmentConfig
     mosaic / mixup choice of each loader thread's share comes from rng; every image's draws
     from image_rng(position) if given, else from rng, image after image. With a.contrastive,
     the two images of a pair (a thread share's positions 2k, 2k+1, get_random_paths_custom)
-    draw their pictures and their common augmentation from pair_rng(first position)."""
+    draw their pictures and their common augmentation from pair_rng(first position). With
+    a.track, `track` (a sequence_ab.TrackSource) gives the pictures, in sequences through the
+    list, and each share's common augmentation (draw is not used). `threads`: the loader
+    threads sharing the batch, if not a.threads (track=1: the sequential subdivisions)."""
     positions = range(n) if positions is None else positions
-    if a.contrastive and pair_rng is None:
+    if a.contrastive and pair_rng is None and not a.track:
         raise ValueError("contrastive=1 needs pair_rng, the generator of each image pair")
-    shares = thread_shares(n, a.threads or LOADER_THREADS)
+    if a.track and track is None:
+        raise ValueError("track=1 needs a TrackSource, the list the sequences run through")
+    shares = thread_shares(n, threads or a.threads or LOADER_THREADS)
     first = {p: p - (p - share.start) % 2 for share in shares for p in share}
+    owner = {p: share.start for share in shares for p in share}
     X = np.zeros((len(positions), 3, h, w), np.float32)
     T = np.zeros((len(positions), a.max_boxes, a.truth_size), np.float32)
     modes = np.zeros(n, np.int64)
-    for share in shares:
-        modes[share.start:share.stop] = a.mixup if rng.integers(2) else 0
+    share_modes = [a.mixup if rng.integers(2) else 0 for _ in shares]
+    for share, m in zip(shares, share_modes):
+        modes[share.start:share.stop] = m
+    plan = None
+    if a.track:
+        plan = sequential_plan(shares, [m + 1 if m else 1 for m in share_modes], track.m,
+                               a.mini_batch, a.augment_speed, a.contrastive, track.paths_rng)
     mode = modes[list(positions)]
     for i, position in enumerate(positions):
         if image_rng is not None:
             rng = image_rng(position)
-        prng = pair_rng(first[position]) if a.contrastive else None
+        prng = pair_rng(first[position]) if a.contrastive and not a.track else None
         src = rng if prng is None else prng        # where the pictures are drawn
+
+        def picture(k):
+            """Picture k of this image (mosaic quarter, mixup's second): its pixels, boxes,
+            track id base, and the generator of its share's common augmentation (track=1)."""
+            if plan is None:
+                return (*draw(src), None)
+            return (*track.load(plan[position][k]), track.augment_rng(owner[position], k))
+
         if mode[i] == 3:
             cut_x = int(rng.integers(int(w * MOSAIC_MIN_OFFSET), int(w * (1 - MOSAIC_MIN_OFFSET)) + 1))
             cut_y = int(rng.integers(int(h * MOSAIC_MIN_OFFSET), int(h * (1 - MOSAIC_MIN_OFFSET)) + 1))
             for q in range(4):
-                im, boxes, track = draw(src)
-                ai, truth, crop = augment_ab(rng, im, boxes, track, w, h, a, quarter=q,
-                                             pair_rng=prng)
+                im, boxes, track_base, trng = picture(q)
+                ai, truth, crop = augment_ab(rng, im, boxes, track_base, w, h, a, quarter=q,
+                                             pair_rng=prng, track_rng=trng)
                 s = mosaic_shifts(crop, w, h, cut_x, cut_y)
                 paste_quarter(X[i], ai, q, cut_x, cut_y, s)
                 blend_truth_mosaic(T[i], truth, w, h, cut_x, cut_y, q, s, a.mosaic_bound)
             continue
-        im, boxes, track = draw(src)
-        X[i], T[i], _ = augment_ab(rng, im, boxes, track, w, h, a, pair_rng=prng)
+        im, boxes, track_base, trng = picture(0)
+        X[i], T[i], _ = augment_ab(rng, im, boxes, track_base, w, h, a, pair_rng=prng,
+                                   track_rng=trng)
         if mode[i] == 1:
-            im, boxes, track = draw(src)
-            ai, truth, _ = augment_ab(rng, im, boxes, track, w, h, a, pair_rng=prng)
+            im, boxes, track_base, trng = picture(1)
+            ai, truth, _ = augment_ab(rng, im, boxes, track_base, w, h, a, pair_rng=prng,
+                                      track_rng=trng)
             X[i] = 0.5 * ai + 0.5 * X[i]
             blend_truth(T[i], truth)
     return X, T.reshape(len(positions), -1)
