@@ -18,11 +18,16 @@ from darknumba.cli import app
 from darknumba.parity.compare import compare_npz, read_truth
 
 FIX = ROOT / "tests" / "fixtures" / "ab"
-# (folder, cfg, recorded run)
-RUNS = [("ab-gaussian", "ab-gaussian", "forward_test"), ("ab-gaussian", "ab-gaussian", "trainstep"),
-        ("ab-gaussian", "ab-gaussian-b", "trainstep-b"),
-        ("ab-contrastive", "ab-contrastive", "trainstep"),
-        ("ab-contrastive", "ab-contrastive-b", "trainstep-b")]
+# (folder, cfg, recorded run, weights)
+RUNS = [("ab-gaussian", "ab-gaussian", "forward_test", "init"),
+        ("ab-gaussian", "ab-gaussian", "trainstep", "init"),
+        ("ab-gaussian", "ab-gaussian-b", "trainstep-b", "init"),
+        ("ab-contrastive", "ab-contrastive", "trainstep", "init"),
+        ("ab-contrastive", "ab-contrastive-b", "trainstep-b", "init"),
+        # the classifier form (no yolo_layer=): AlexeyAB's parser dies on it, so compare builds
+        # the layer with its make_contrastive_layer (parity/ab_contrastive.py)
+        ("ab-contrastive", "ab-contrastive-cls", "trainstep-cls", "init-cls"),
+        ("ab-contrastive", "ab-contrastive-cls-b", "trainstep-cls-b", "init-cls")]
 runner = CliRunner()
 
 
@@ -30,10 +35,10 @@ def judged_layers(report) -> set:
     return {r.layer for r in report.rows if r.judged and r.layer is not None}
 
 
-@pytest.mark.parametrize("name, cfg, run", RUNS)
-def test_recorded_alexeyab_run_passes_every_layer(name, cfg, run):
+@pytest.mark.parametrize("name, cfg, run, weights", RUNS)
+def test_recorded_alexeyab_run_passes_every_layer(name, cfg, run, weights):
     d = FIX / name
-    report, ours, ref = compare_npz(d / f"{run}.npz", d / f"{cfg}.cfg", d / "init.weights")
+    report, ours, ref = compare_npz(d / f"{run}.npz", d / f"{cfg}.cfg", d / f"{weights}.weights")
     assert report.passed, report.verdict()
     n = len(ours["meta"]["layers"])
     assert judged_layers(report) == set(range(n))
@@ -70,8 +75,8 @@ def test_gaussian_detector_test_prints_alexeyabs_lines(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, cfg, run", RUNS)
-def test_live_alexeyab_run_passes_every_layer(tmp_path, name, cfg, run):
+@pytest.mark.parametrize("name, cfg, run, weights", RUNS)
+def test_live_alexeyab_run_passes_every_layer(tmp_path, name, cfg, run, weights):
     ab = darknet_ab_dir()
     d = FIX / name
     ref = np.load(d / f"{run}.npz")
@@ -81,7 +86,7 @@ def test_live_alexeyab_run_passes_every_layer(tmp_path, name, cfg, run):
         np.save(tmp_path / "t.npy", ref["truth"])
         args += ["--train", "--truth", str(tmp_path / "t.npy")]
     r = runner.invoke(app, ["compare", "--darknet", str(ab), str(d / f"{cfg}.cfg"),
-                            str(d / "init.weights"), *args, "--json"])
+                            str(d / f"{weights}.weights"), *args, "--json"])
     report = json.loads(r.stdout[r.stdout.index("{"):])
     assert r.exit_code == 0 and report["passed"], report["verdict"]
 
@@ -117,3 +122,67 @@ def test_label_file_truth_for_a_network_ending_in_contrastive(tmp_path):
     labels.write_text("1 0.5 0.25 0.2 0.1\n")
     t = read_truth(labels, net).reshape(net.batch, 200, 6)
     np.testing.assert_array_equal(t[:, 0], np.float32([[0.5, 0.25, 0.2, 0.1, 1, 0]] * 4))
+
+
+# -- the classifier form of [contrastive] (no yolo_layer=) ------------------------------------
+
+CLS_RUNS = [("ab-contrastive-cls", "trainstep-cls"), ("ab-contrastive-cls-b", "trainstep-cls-b")]
+
+
+@pytest.mark.parametrize("cfg, run", CLS_RUNS)
+def test_classifier_contrastive_prints_alexeyabs_lines(cfg, run):
+    """The step's " Contrast accuracy = ..." and " contrastive loss = ..." lines are the ones
+    AlexeyAB printed (recorded with the run: tests/fixtures/ab/ab-contrastive/cls-stdout.json)."""
+    d = FIX / "ab-contrastive"
+    ref = np.load(d / f"{run}.npz")
+    net = dn.load_network(d / f"{cfg}.cfg", d / "init-cls.weights", compat="darknet-cpu",
+                          dialect="alexeyab", exact=True)
+    assert net.truths == 3 and net.layers[-1].c == 5     # classes, not the embedding's size
+    net.forward(ref["input"], train=True, truth=ref["truth"])
+    theirs = json.loads((d / "cls-stdout.json").read_text())[run]
+    ours = [s.rstrip() for s in net.layers[-1].stats_line().splitlines()]
+    acc = re.compile(r" Contrast accuracy = [\d.]+ %, all = \d+, good = \d+")
+    assert acc.match(ours[0]).group(0) == acc.match(theirs[0]).group(0)
+    loss = float(theirs[1].split("=")[1])
+    assert float(ours[1].split("=")[1]) == pytest.approx(loss, rel=1e-5)
+
+
+def test_classifier_stand_in_for_alexeyabs_parser(tmp_path):
+    """What compare hands AlexeyAB's parser for a classifier [contrastive]: an [empty] layer in
+    its place (same line numbers) and the keys its shim builds the layer with; a detector one
+    (yolo_layer= naming a [yolo]) is left alone, yolo_layer= resolving to layer 0 is the
+    classifier form too (a null [yolo] in AlexeyAB's parse_contrastive)."""
+    from darknumba.parity.ab_contrastive import FLT_MAX, classifier_stand_ins
+    d = FIX / "ab-contrastive"
+    text, found = classifier_stand_ins(d / "ab-contrastive-cls-b.cfg")
+    original = (d / "ab-contrastive-cls-b.cfg").read_text()
+    assert len(text.split("\n")) == len(original.split("\n"))
+    assert "[contrastive]" not in text.split("\n") and text.rstrip().endswith("[empty]")
+    assert found == [{"index": 4, "classes": 3, "temperature": 0.5, "cls_normalizer": 2.0,
+                      "max_delta": 1.2, "contrastive_neg_max": 3}]
+    for det in ("ab-contrastive", "ab-contrastive-b"):
+        text, found = classifier_stand_ins(d / f"{det}.cfg")
+        assert found == [] and text == (d / f"{det}.cfg").read_text()
+    cfg = tmp_path / "zero.cfg"
+    cfg.write_text("[net]\nbatch=2\nwidth=1\nheight=1\nchannels=4\n"
+                   "[avgpool]\n[contrastive]\nyolo_layer=-1\n# kept\n")
+    text, found = classifier_stand_ins(cfg)
+    assert found[0]["index"] == 1 and found[0]["classes"] == 1000
+    assert found[0]["max_delta"] == FLT_MAX
+    assert text.split("\n")[6:9] == ["[empty]", "", "# kept"]
+
+
+@pytest.mark.slow
+def test_live_alexeyabs_parser_dies_on_the_classifier_form(monkeypatch):
+    """AlexeyAB's parse_contrastive reads yolo_layer->type through a null pointer when
+    yolo_layer= is absent: handed the cfg itself (no stand-in), its parse is killed by SIGSEGV."""
+    from darknumba.errors import DarknumbaError
+    from darknumba.parity import darknet_ref
+    ab = darknet_ab_dir()
+    d = FIX / "ab-contrastive"
+    monkeypatch.setattr(darknet_ref, "classifier_stand_ins",
+                        lambda cfg: (open(cfg).read(), []))
+    tree = darknet_ref.DarknetTree.locate(ab)
+    with pytest.raises(DarknumbaError, match="killed by signal 11"):
+        darknet_ref.run_darknet(tree, d / "ab-contrastive-cls.cfg", d / "init-cls.weights",
+                                "forward_test", x=np.zeros(6 * 192, np.float32), timeout=120)

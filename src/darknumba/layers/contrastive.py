@@ -74,6 +74,9 @@ class ContrastiveLayer(Layer):
                                     f"classifier's) needs a 1 x 1 x c input, one embedding per "
                                     f"image; found {params.w} x {params.h} x {params.c}")
             l = cls(params.batch, params.w, params.h, c, classes, 1, c)
+            # it reads truth[b * classes + k] (the classifier trainer's one-hot rows): the
+            # network's truth has classes values per image, whatever the embedding's size
+            l.truths = classes
         else:
             if not 0 <= yid < params.index or net.layers[yid].type != "yolo" \
                     or not hasattr(net.layers[yid], "embedding_layer"):

@@ -27,6 +27,8 @@ void update_network(network net);
 float get_current_rate(network net);
 float get_network_cost(network net);
 image load_image(char *filename, int w, int h, int c);
+layer make_contrastive_layer(int batch, int w, int h, int c, int classes, int inputs,
+                             layer *yolo_layer);
 
 static float *dnc_x, *dnc_truth;       /* the input and truth the forward pass reads */
 
@@ -52,7 +54,36 @@ static int dnc_truths(network *net)
         if (t == YOLO || t == GAUSSIAN_YOLO || t == REGION || t == DETECTION)
             truths = net->layers[k].truths;
     }
+    /* a classifier-form [contrastive] reads truth[b * classes + k]: the classifier trainer's
+     * one-hot rows of the .data file's classes */
+    for (k = 0; k < net->n && !truths; ++k)
+        if (net->layers[k].type == CONTRASTIVE && !net->layers[k].detection)
+            truths = net->layers[k].classes;
     return truths ? truths : net->layers[net->n - 1].outputs;
+}
+
+/* Layer i becomes AlexeyAB's classifier-form [contrastive] (no yolo_layer=). Its parse_contrastive
+ * reads yolo_layer->type through a null pointer when yolo_layer= is absent (since its commit
+ * 74f32a39, 2020-07-25), so the caller hands the parser an [empty] layer in its place (same
+ * sizes; its output and delta alias the previous layer's) and the layer is built here as that
+ * parser built it before: make_contrastive_layer(..., NULL) with the sizes of its input, then
+ * the keys parse_contrastive sets (steps = the net's time_steps). */
+int dnc_contrastive_classifier(network *net, int i, int classes, float temperature,
+                               float cls_normalizer, float max_delta, int neg_max)
+{
+    if (i <= 0 || i >= net->n || net->layers[i].type != EMPTY) return -1;
+    layer *in = net->layers + i - 1;
+    layer l = make_contrastive_layer(net->batch, in->out_w, in->out_h, in->out_c, classes,
+                                     in->outputs, 0);
+    l.temperature = temperature;
+    l.steps = net->time_steps;
+    l.cls_normalizer = cls_normalizer;
+    l.max_delta = max_delta;
+    l.contrastive_neg_max = neg_max;
+    l.keep_delta_gpu = 1;
+    net->layers[i] = l;
+    if (i == net->n - 1) net->output = l.output;
+    return 0;
 }
 
 void dnc_net_info(network *net, int *out)

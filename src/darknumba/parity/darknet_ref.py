@@ -28,6 +28,7 @@ import numpy as np
 from ..data.fetch import cache_dir
 from ..dialect import ALEXEYAB, DEFAULT_DIALECT, PJREDDIE
 from ..errors import DarknumbaError
+from .ab_contrastive import build_stand_ins, classifier_stand_ins
 
 SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
 SHIM_SOURCES = {PJREDDIE: SHIM_SOURCE, ALEXEYAB: Path(__file__).with_name("compare_shim_ab.c")}
@@ -189,7 +190,13 @@ def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=Non
     shim = compile_shim(tree, log=log)
     with tempfile.TemporaryDirectory(prefix="darknumba-compare-") as tmp:
         tmp = Path(tmp)
-        job = {"shim": str(shim), "cfg": str(Path(cfg).resolve()),
+        c_cfg, stand_ins = Path(cfg).resolve(), []
+        if tree.kind == ALEXEYAB:   # its parser cannot build a classifier [contrastive]
+            text, stand_ins = classifier_stand_ins(cfg)
+            if stand_ins:
+                c_cfg = tmp / f"stand-in-{c_cfg.name}"
+                c_cfg.write_text(text)
+        job = {"shim": str(shim), "cfg": str(c_cfg), "contrastive": stand_ins,
                "weights": str(Path(weights).resolve()) if weights else "",
                "mode": mode, "batch": batch, "out": str(tmp / "out.npz"),
                "image": str(Path(image).resolve()) if image else None, "x": None, "truth": None}
@@ -270,6 +277,8 @@ def _bind(shim_path: str):
         "dnc_update": (I, [P, ctypes.POINTER(F)]),
         "dnc_letterbox": (I, [P, ctypes.c_char_p, ctypes.POINTER(F), ctypes.POINTER(I)]),
     }
+    if hasattr(lib, "dnc_contrastive_classifier"):       # AlexeyAB's shim only
+        sig["dnc_contrastive_classifier"] = (I, [P, I, I, F, F, F, I])
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = res, args
@@ -349,6 +358,10 @@ def _child(job_path: str):
     net = lib.dnc_load(job["cfg"].encode(), job["weights"].encode(), 0)
     if not net:
         _fail(f"C darknet could not load {job['cfg']}")
+    if job.get("contrastive"):
+        why = build_stand_ins(lib, net, job["contrastive"])
+        if why:
+            _fail(why)
     info = (ctypes.c_int * len(NET_INFO))()
     lib.dnc_net_info(net, info)
     netinfo = dict(zip(NET_INFO, info))
