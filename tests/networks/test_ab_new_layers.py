@@ -27,7 +27,8 @@ RUNS = [("ab-gaussian", "ab-gaussian", "forward_test", "init"),
         # the classifier form (no yolo_layer=): AlexeyAB's parser dies on it, so compare builds
         # the layer with its make_contrastive_layer (parity/ab_contrastive.py)
         ("ab-contrastive", "ab-contrastive-cls", "trainstep-cls", "init-cls"),
-        ("ab-contrastive", "ab-contrastive-cls-b", "trainstep-cls-b", "init-cls")]
+        ("ab-contrastive", "ab-contrastive-cls-b", "trainstep-cls-b", "init-cls"),
+        ("ab-contrastive", "ab-contrastive-cls-sm", "trainstep-cls-sm", "init-cls-sm")]
 runner = CliRunner()
 
 
@@ -126,21 +127,26 @@ def test_label_file_truth_for_a_network_ending_in_contrastive(tmp_path):
 
 # -- the classifier form of [contrastive] (no yolo_layer=) ------------------------------------
 
-CLS_RUNS = [("ab-contrastive-cls", "trainstep-cls"), ("ab-contrastive-cls-b", "trainstep-cls-b")]
+# (cfg, recorded run, weights); the last with a [softmax] head beside the loss (layer 4)
+CLS_RUNS = [("ab-contrastive-cls", "trainstep-cls", "init-cls"),
+            ("ab-contrastive-cls-b", "trainstep-cls-b", "init-cls"),
+            ("ab-contrastive-cls-sm", "trainstep-cls-sm", "init-cls-sm")]
 
 
-@pytest.mark.parametrize("cfg, run", CLS_RUNS)
-def test_classifier_contrastive_prints_alexeyabs_lines(cfg, run):
+@pytest.mark.parametrize("cfg, run, weights", CLS_RUNS)
+def test_classifier_contrastive_prints_alexeyabs_lines(cfg, run, weights):
     """The step's " Contrast accuracy = ..." and " contrastive loss = ..." lines are the ones
     AlexeyAB printed (recorded with the run: tests/fixtures/ab/ab-contrastive/cls-stdout.json)."""
     d = FIX / "ab-contrastive"
     ref = np.load(d / f"{run}.npz")
-    net = dn.load_network(d / f"{cfg}.cfg", d / "init-cls.weights", compat="darknet-cpu",
+    net = dn.load_network(d / f"{cfg}.cfg", d / f"{weights}.weights", compat="darknet-cpu",
                           dialect="alexeyab", exact=True)
-    assert net.truths == 3 and net.layers[-1].c == 5     # classes, not the embedding's size
+    loss = net.layers[4]
+    assert loss.type == "contrastive" and not loss.detection
+    assert net.truths == 3 and loss.c == 5     # classes, not the embedding's size
     net.forward(ref["input"], train=True, truth=ref["truth"])
     theirs = json.loads((d / "cls-stdout.json").read_text())[run]
-    ours = [s.rstrip() for s in net.layers[-1].stats_line().splitlines()]
+    ours = [s.rstrip() for s in loss.stats_line().splitlines()]
     acc = re.compile(r" Contrast accuracy = [\d.]+ %, all = \d+, good = \d+")
     assert acc.match(ours[0]).group(0) == acc.match(theirs[0]).group(0)
     loss = float(theirs[1].split("=")[1])
