@@ -227,12 +227,16 @@ def test_alexeyab_crnn_xnor_binarises_its_convolutions(tmp_path):
 
 def test_the_planner_names_the_bit_kernels(tmp_path):
     """compile_ahead's warm-cache check asks the planner which kernels a layer's forward runs:
-    on the xnor path, the packing, the bit columns and the popcount GEMM (biases and batch norm
-    fused into it)."""
+    on the xnor path, the packing, the bit columns and the popcount GEMM (biases, batch norm
+    and activation fused into it), each the twin its size picks."""
     from darknumba.kernels import xnor as kx
     from darknumba.layers import conv_plan
     net, _ = build(tmp_path, conv(8))
     calculate_binary_weights(net)
     l = net.layers[0]
+    cols = l.out_h * l.out_w * 9
     assert conv_plan.forward_kernels(l, l.forward_path(net)) == [
-        kx.pack_input_cpu, kx.im2col_bits_cpu, kx.xnor_gemm_cpu]
+        kx.pack_input_cpu.pick(l.inputs), kx.im2col_bits_cpu.pick(cols),
+        kx.xnor_gemm_cpu.pick(cols * l.n)]
+    assert l.inputs < kx.PACK_SERIAL_BELOW
+    assert kx.pack_input_cpu.pick(l.inputs) is kx.pack_input_cpu.serial

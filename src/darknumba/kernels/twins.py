@@ -30,7 +30,7 @@ SERIAL_BELOW = 16384
 class Twins:
     """A kernel compiled serial and parallel; calling it picks one by the size argument."""
 
-    def __init__(self, body, size: int, options: dict):
+    def __init__(self, body, size: int, options: dict, below: int | None = None):
         serial_body = types.FunctionType(body.__code__, body.__globals__, body.__name__,
                                          body.__defaults__, body.__closure__)
         # its own name: numba's cache files are named by function, and the two must not share
@@ -39,12 +39,13 @@ class Twins:
         serial_body.serial_twin = True
         self.serial = njit(cache=True, **options)(serial_body)
         self.parallel = njit(parallel=True, cache=True, **options)(body)
-        self.size = size
+        self.size, self.below = size, below        # None: SERIAL_BELOW as it is when called
         self.__doc__, self.__name__ = body.__doc__, body.__name__
 
     def pick(self, n: int):
         """The twin a call on `n` elements runs (compile_ahead asks which one to check)."""
-        return self.serial if n < SERIAL_BELOW else self.parallel
+        below = SERIAL_BELOW if self.below is None else self.below
+        return self.serial if n < below else self.parallel
 
     def __call__(self, *args):
         n = args[self.size]
@@ -54,7 +55,8 @@ class Twins:
         return getattr(self.parallel, name)
 
 
-def twins(size: int, **options):
+def twins(size: int, below: int | None = None, **options):
     """Decorator: the body (written with prange) as Twins; `size` is the index of the argument
-    that counts the elements; `options` go to both njit calls (e.g. fastmath)."""
-    return lambda body: Twins(body, size, options)
+    that counts the elements, `below` the count under which the serial twin runs (SERIAL_BELOW
+    unless the kernel says why it differs); `options` go to both njit calls (e.g. fastmath)."""
+    return lambda body: Twins(body, size, options, below)

@@ -12,14 +12,18 @@ else -mean; input x as +1 when x > 0, else -1. Two ways to compute it:
   at the borders the two ways differ (AlexeyAB's own quirk, kept: see layers/xnor.py).
 
 Bit layout (ours; any order of the K products gives the same integer sums): the input is
-packed channels-innermost, ceil(c / 64) words a pixel (pack_input_cpu); word t = (ky, kx, cw)
-of every output pixel's taps, pixels side by side, is row t of the columns (im2col_bits_cpu);
-a weight row is its filter's words in the same order t (pack_weights_cpu). The channels past
-c in a tap's last word are 0 in both, so they never differ: with diff = popcount(a ^ b) summed
-over a filter's words and a pixel's,
+packed into ceil(c / 64) planes of h*w words, bit j of word (cw, p) being channel cw*64 + j of
+pixel p (pack_input_cpu); word t = (ky, kx, cw) of every output pixel's taps, pixels side by
+side, is row t of the columns (im2col_bits_cpu); a weight row is its filter's words in the same
+order t (pack_weights_cpu). The channels past c in a tap's last word are 0 in both, so they
+never differ: with diff = popcount(a ^ b) summed over a filter's words and a pixel's,
 
     output = (K - 2*diff) * mean + bias (K = size*size*c; AlexeyAB's (2*count - K) * mean_val
                                          with count = K - diff, the same integer)
+
+then the activation, in the same sweep (xnor_gemm_cpu). The three kernels of the bit way are
+twins (kernels/twins.py): the GEMM serial below SERIAL_BELOW popcounts (the layer asks it
+with .pick), the packing and the columns below PACK_SERIAL_BELOW elements.
 
      M: filters (n)      N: output pixels (out_h*out_w)      L: words a filter (size*size*nwc)
 """
@@ -27,7 +31,18 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
+from .activations import LEAKY, activate, activate_row
+from .twins import twins
+
 WORD = 64
+# pixels a packing step keeps in L1 (its destination words), and a GEMM step (its popcounts)
+PACK_BLOCK = 2048
+GEMM_BLOCK = 1024
+# Values (packing) or words (columns) below which those run serial: both cost ~0.15 ns an
+# element serial (173k values packed in 27 us, 2-core EPYC), so below 2**18 a second thread
+# saves at most ~20 us on an idle machine, while on a busy one each parallel region start cost
+# 80-170 us here (2026-12-03, load 2-3): the layer's one region is then its GEMM's
+PACK_SERIAL_BELOW = 1 << 18
 
 
 @intrinsic
@@ -101,73 +116,114 @@ def pack_weights_cpu(weights, n, c, size, nwc, bits):
                 bits[(f * ss + t) * nwc + cw] = v
 
 
-@njit(parallel=True, cache=True)
+@twins(size=0, below=PACK_SERIAL_BELOW)
 def pack_input_cpu(im, c, h, w, nwc, packed):
-    """One image's signs (x > 0: 1), channels innermost: bit j of word (p, cw) is channel
-    cw*64 + j of pixel p. im: c x h x w float32; packed: h*w*nwc uint64 (written whole).
-    Parallel over pixels, each word built in a register (faster here than OR-ing bits into
-    memory along the rows, though that reads the image contiguously)."""
+    """One image's signs (x > 0: 1), a plane of h*w words for each 64 channels: bit j of word
+    (cw, p) is channel cw*64 + j of pixel p. im: c x h x w float32; packed: nwc*h*w uint64
+    (written whole). Each step ORs one bit into a block of PACK_BLOCK words, reading a channel's
+    row contiguously (LLVM vectorises it: compare, select, or); parallel over (plane, block)."""
     hw = h * w
-    for p in prange(hw):
-        for cw in range(nwc):
-            v = np.uint64(0)
-            base = cw * WORD
-            for j in range(min(WORD, c - base)):
-                if im[(base + j) * hw + p] > 0:
-                    v |= np.uint64(1) << np.uint64(j)
-            packed[p * nwc + cw] = v
+    nblk = (hw + PACK_BLOCK - 1) // PACK_BLOCK
+    for q in prange(nwc * nblk):
+        cw = q // nblk
+        p0 = (q % nblk) * PACK_BLOCK
+        nb = min(PACK_BLOCK, hw - p0)
+        dst = packed[cw * hw + p0:cw * hw + p0 + nb]
+        dst[:] = 0
+        for j in range(min(WORD, c - cw * WORD)):
+            src = im[(cw * WORD + j) * hw + p0:(cw * WORD + j) * hw + p0 + nb]
+            bit = np.uint64(1) << np.uint64(j)
+            for p in range(nb):
+                dst[p] |= bit if src[p] > 0 else np.uint64(0)
 
 
-@njit(parallel=True, cache=True)
+@twins(size=9, below=PACK_SERIAL_BELOW)
 def im2col_bits_cpu(packed, h, w, nwc, size, stride, pad, out_h, out_w, cols):
     """The columns of packed signs, L = size*size*nwc rows of N = out_h*out_w words: word
-    t = (ky, kx, cw) of pixel p = (oy, ox) is word cw of input pixel (oy*stride - pad + ky,
-    ox*stride - pad + kx), or 0 (all -1) for a tap in the padding. cols: L*N uint64 (written
-    whole); parallel over the rows t, each written along its pixels."""
+    t = (ky, kx, cw) of pixel p = (oy, ox) is word (cw, iy*w + ix) of the packed input, (iy, ix)
+    = (oy*stride - pad + ky, ox*stride - pad + kx), or 0 (all -1) for a tap in the padding.
+    cols: L*N uint64 (written whole); parallel over the rows t, each written along its pixels."""
     N = out_h * out_w
+    hw = h * w
     for t in prange(size * size * nwc):
         cw = t % nwc
         kx = (t // nwc) % size
         ky = t // (nwc * size)
-        dst = t * N
+        # the output columns whose tap kx lands inside the image: lo <= ox < hi
+        lo = min(out_w, max(0, (pad - kx + stride - 1) // stride))
+        hi = max(lo, min(out_w, (w - 1 + pad - kx) // stride + 1))
         for oy in range(out_h):
+            row = cols[t * N + oy * out_w:t * N + (oy + 1) * out_w]
             iy = oy * stride - pad + ky
-            for ox in range(out_w):
-                ix = ox * stride - pad + kx
-                v = np.uint64(0)
-                if 0 <= iy < h and 0 <= ix < w:
-                    v = packed[(iy * w + ix) * nwc + cw]
-                cols[dst + oy * out_w + ox] = v
+            if iy < 0 or iy >= h:
+                row[:] = 0
+                continue
+            row[:lo] = 0
+            row[hi:] = 0
+            if hi > lo:
+                src = packed[cw * hw + iy * w + lo * stride - pad + kx:]
+                for ox in range(hi - lo):
+                    row[lo + ox] = src[ox * stride]
 
 
-@njit(parallel=True, cache=True)
-def xnor_gemm_cpu(M, N, L, K, A, B, alpha, beta, counts, C):
-    """C (M x N) = (K - 2 * popcount(A_i ^ B_j)) * alpha[i] + beta[i] for filter rows A (M x L
-    words) and pixel columns B (L x N words: word t of every pixel side by side): AlexeyAB's
-    gemm_nn_custom_bin_mean_transposed (alpha: the filter's mean |w|) and its add_bias (beta),
-    batch norm folded into both where the layer has it. Parallel over filters, each owning its
-    row of C and of `counts` (M x N uint64 the caller owns, where the popcounts are summed).
+@twins(size=10)
+def xnor_gemm_cpu(M, N, L, K, A, B, alpha, beta, act, counts, C):
+    """C (M x N) = act((K - 2 * popcount(A_i ^ B_j)) * alpha[i] + beta[i]) for filter rows A
+    (M x L words) and pixel columns B (L x N words: word t of every pixel side by side):
+    AlexeyAB's gemm_nn_custom_bin_mean_transposed (alpha: the filter's mean |w|), its add_bias
+    (beta; batch norm folded into both where the layer has it) and activate_array (`act`, an
+    elementwise activation id, LINEAR for none), in one sweep. Parallel over filters, each
+    owning its row of C and of `counts` (M x N uint64 the caller owns, where the popcounts are
+    summed), a block of GEMM_BLOCK pixels at a time (its counts stay in L1 over the L words).
+
     The pixel loop runs over contiguous words, which LLVM vectorises (AVX2's byte-table
-    popcount, 4 words a step): 1.5 ms for 256 filters x 2304 taps x 676 pixels here against
-    2.2 ms with one POPCNT a word and four pixels sharing each filter word."""
+    popcount, 4 words a step), four rows of words a pass (one load and store of the counts
+    for four words: 10 % faster than a row a pass). Measured no faster on AVX2: scalar
+    POPCNT, one a word (30-40 % slower); a Harley-Seal carry-save sum over 8 rows, vectorised
+    (no faster at L = 18 and 36 words, 10 % faster at 72). The twins are chosen by the
+    caller: xnor_gemm_cpu.pick(M * N * L), the popcounts' count."""
     for i in prange(M):
-        acc = counts[i * N:(i + 1) * N]
-        acc[:] = 0
-        for t in range(L):
-            a = A[i * L + t]
-            row = B[t * N:(t + 1) * N]
-            for j in range(N):
-                acc[j] += popcount64(a ^ row[j])
         scale, shift = alpha[i], beta[i]
-        for j in range(N):
-            C[i * N + j] = np.float32(K - 2 * np.int64(acc[j])) * scale + shift
+        w = A[i * L:(i + 1) * L]
+        for jb in range(0, N, GEMM_BLOCK):
+            nb = min(GEMM_BLOCK, N - jb)
+            acc = counts[i * N + jb:i * N + jb + nb]
+            acc[:] = 0
+            t = 0
+            while t + 4 <= L:
+                a0, a1, a2, a3 = w[t], w[t + 1], w[t + 2], w[t + 3]
+                r0 = B[t * N + jb:t * N + jb + nb]
+                r1 = B[(t + 1) * N + jb:(t + 1) * N + jb + nb]
+                r2 = B[(t + 2) * N + jb:(t + 2) * N + jb + nb]
+                r3 = B[(t + 3) * N + jb:(t + 3) * N + jb + nb]
+                for j in range(nb):
+                    acc[j] += ((popcount64(a0 ^ r0[j]) + popcount64(a1 ^ r1[j]))
+                               + (popcount64(a2 ^ r2[j]) + popcount64(a3 ^ r3[j])))
+                t += 4
+            while t < L:
+                a = w[t]
+                row = B[t * N + jb:t * N + jb + nb]
+                for j in range(nb):
+                    acc[j] += popcount64(a ^ row[j])
+                t += 1
+            # the sums through int32 (|K| < 2**31): AVX2 converts those to float32 4 at a time,
+            # int64 one by one; the same float32 either way
+            out = C[i * N + jb:i * N + jb + nb]
+            if act == LEAKY:            # the common one in the sweep itself, as activate_row's
+                for j in range(nb):
+                    v = np.float32(np.int32(K - 2 * np.int64(acc[j]))) * scale + shift
+                    out[j] = v if v > 0 else np.float32(0.1 * np.float64(v))
+            else:
+                for j in range(nb):
+                    out[j] = np.float32(np.int32(K - 2 * np.int64(acc[j]))) * scale + shift
+                activate_row(out, act)
 
 
 @njit(cache=True)
-def xnor_gemm_naive_cpu(M, N, L, K, A, B, alpha, beta, counts, C):
-    """The serial twin of xnor_gemm_cpu, its spec: bit by bit, +1 for equal bits, -1 for
-    different ones, the 0 bits past a row's last channel counted as equal and taken out
-    (`counts` unused: the fast kernel's signature)."""
+def xnor_gemm_naive_cpu(M, N, L, K, A, B, alpha, beta, act, counts, C):
+    """The slow twin of xnor_gemm_cpu, its spec: bit by bit, +1 for equal bits, -1 for
+    different ones, the 0 bits past a row's last channel counted as equal and taken out, then
+    the activation value by value (`counts` unused: the fast kernel's signature)."""
     for i in range(M):
         for j in range(N):
             s = 0
@@ -176,4 +232,4 @@ def xnor_gemm_naive_cpu(M, N, L, K, A, B, alpha, beta, counts, C):
                 b = (B[(t // WORD) * N + j] >> np.uint64(t % WORD)) & np.uint64(1)
                 s += 1 if a == b else -1
             s -= L * WORD - K
-            C[i * N + j] = np.float32(s) * alpha[i] + beta[i]
+            C[i * N + j] = activate(np.float32(s) * alpha[i] + beta[i], act)

@@ -29,6 +29,7 @@ import enum
 
 from ..kernels import direct, fused, gemm, im2col, winograd, xnor
 from ..kernels.winograd import tiles_of
+from . import xnor as xnor_layer
 
 
 class ConvPath(str, enum.Enum):
@@ -217,7 +218,9 @@ def forward_kernels(l, path: ConvPath) -> list:
     then, but on the direct and xnor paths (which fuse them), the biases or batch norm and the
     activation in one sweep."""
     path = ConvPath(path)
-    if path in (ConvPath.DIRECT, ConvPath.XNOR):    # their biases / batch norm are fused in
+    if path is ConvPath.XNOR:       # the twins the layer picks; the rest is fused in their GEMM
+        return list(xnor_layer.bit_kernels(l))
+    if path is ConvPath.DIRECT:     # its biases / batch norm are fused in
         return list(kernels(path))
     return list(kernels(path)) + [fused.batchnorm_bias_activate if l.batch_normalize
                                   else fused.bias_activate.pick(l.batch * l.outputs)]

@@ -47,9 +47,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DarknumbaError
+from ..kernels.activations import LINEAR
 from ..kernels.xnor import (binarize_cpu, binarize_weights_cpu, im2col_bits_cpu, mean_arr_cpu,
                             pack_input_cpu, pack_weights_cpu, words_per_pixel, xnor_gemm_cpu)
-from .activate import activate_output
+from .activate import activate_output, epilogue_activation
 from .batchnorm import bn_divisor
 from .memory import zeros
 
@@ -139,10 +140,19 @@ def defined_in_ab(l) -> bool:
     return l.c % 32 == 0 or (l.out_h == l.h and l.out_w == l.w and l.stride == 1 and l.pad == 1)
 
 
+def bit_kernels(l) -> tuple:
+    """The twins forward_bits runs, each picked by its size (kernels/xnor.py: serial below
+    PACK_SERIAL_BELOW values or words for the packing and the columns, below SERIAL_BELOW
+    popcounts for the GEMM)."""
+    cols = l.out_h * l.out_w * l.size * l.size * words_per_pixel(l.c)
+    return (pack_input_cpu.pick(l.inputs), im2col_bits_cpu.pick(cols),
+            xnor_gemm_cpu.pick(cols * l.n))
+
+
 def forward_bits(l, net):
     """AlexeyAB's bit-packed forward: per image, the input's signs packed, the columns of
     packed taps, the XNOR-popcount GEMM times each filter's mean plus its bias (batch norm
-    folded in); then the activation (none under bin_output)."""
+    folded in) and the activation (none under bin_output) in the GEMM's sweep."""
     if l.bit_weights is None:
         binary_align_weights(l)
     nwc = words_per_pixel(l.c)
@@ -150,20 +160,23 @@ def forward_bits(l, net):
     K = l.size * l.size * l.c
     bugs = l.quirks.xnor_cpu_bugs
     images = 1 if bugs else l.batch
+    # under the CPU bugs the other images get the bias then the activation: applied afterwards
+    act = LINEAR if l.use_bin_output or bugs else epilogue_activation(l, False)
     if bugs:            # the other images: the bias (and batch norm) of 0
         l.output[:l.batch * l.outputs].reshape(l.batch, l.n, n_out)[:] = l.bit_beta[:, None]
+    pack, cols, gemm = bit_kernels(l)
     for b in range(images):
         im = net.input[b * l.inputs:(b + 1) * l.inputs]
         if bugs and not defined_in_ab(l):
             l.bit_cols[:] = 0
         else:
-            pack_input_cpu(im, l.c, l.h, l.w, nwc, l.bit_input)
-            im2col_bits_cpu(l.bit_input, l.h, l.w, nwc, l.size, l.stride, l.pad, l.out_h,
-                            l.out_w, l.bit_cols)
-        xnor_gemm_cpu(l.n, n_out, l.bit_words, K, l.bit_weights, l.bit_cols, l.bit_alpha,
-                      l.bit_beta, l.bit_counts, l.output[b * l.outputs:(b + 1) * l.outputs])
+            pack(im, l.c, l.h, l.w, nwc, l.bit_input)
+            cols(l.bit_input, l.h, l.w, nwc, l.size, l.stride, l.pad, l.out_h, l.out_w,
+                 l.bit_cols)
+        gemm(l.n, n_out, l.bit_words, K, l.bit_weights, l.bit_cols, l.bit_alpha, l.bit_beta,
+             act, l.bit_counts, l.output[b * l.outputs:(b + 1) * l.outputs])
     if not l.use_bin_output:
-        activate_output(l, False)
+        activate_output(l, False, act)
 
 
 def calculate_binary_weights(net):
