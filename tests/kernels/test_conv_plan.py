@@ -7,6 +7,7 @@ import pytest
 from conftest import ROOT
 
 from darknumba.dialect import quirks_for
+from darknumba.errors import CfgError
 from darknumba.layers import conv_plan
 from darknumba.layers.conv_plan import ConvPath, plan
 from darknumba.layers.convolutional import ConvolutionalLayer
@@ -132,3 +133,68 @@ def test_only_the_planner_defines_a_threshold():
         elsewhere += [f"{path.relative_to(src)}: {m.group(0).strip()}"
                       for m in (*defines.finditer(text), *names.finditer(text))]
     assert not elsewhere, elsewhere
+
+
+def test_winograd_filters_kept_smallest_first_within_the_budget(monkeypatch):
+    """winograd_cached: of the layers that take Winograd at inference, the smallest transformed
+    filters ((m + 2)^2 x c x n floats) first while their sum stays within the budget, the
+    larger of WINOGRAD_CACHE_MIN_BYTES and WINOGRAD_CACHE_OF_WEIGHTS x the weights' bytes."""
+    layers = [conv(26, 128, 128), conv(52, 3, 16), conv(52, 64, 64), conv(13, 256, 256),
+              conv(52, 64, 64, size=1, pad=0), conv(52, 64, 64)]
+    # F(4x4) at 26x26 and 52x52: 36 x c x n; F(2x2) at 13x13: 16 x c x n; the 3 -> 16 and the 1x1 none
+    sizes = [36 * 128 * 128 * 4, None, 36 * 64 * 64 * 4, 16 * 256 * 256 * 4, None,
+             36 * 64 * 64 * 4]
+    assert [conv_plan.winograd_filter_bytes(l) if s else None
+            for l, s in zip(layers, sizes)] == sizes
+    monkeypatch.setattr(conv_plan, "WINOGRAD_CACHE_OF_WEIGHTS", 0.0)
+    for budget, want in [(0, set()), (589823, set()), (589824, {2}), (2 * 589824, {2, 5}),
+                         (2 * 589824 + 2359295, {2, 5}), (2 * 589824 + 2359296, {0, 2, 5}),
+                         (1 << 40, {0, 2, 3, 5})]:
+        monkeypatch.setattr(conv_plan, "WINOGRAD_CACHE_MIN_BYTES", budget)
+        assert conv_plan.winograd_cache_budget(layers) == budget
+        assert conv_plan.winograd_cached(layers) == want, budget
+    # the budget from the weights: half their bytes when that is more than the minimum
+    monkeypatch.setattr(conv_plan, "WINOGRAD_CACHE_MIN_BYTES", 0)
+    monkeypatch.setattr(conv_plan, "WINOGRAD_CACHE_OF_WEIGHTS", 0.5)
+    weights = 4 * sum(l.c * l.n * l.size * l.size for l in layers)
+    assert conv_plan.winograd_cache_budget(layers) == weights // 2 == 1631072
+    assert conv_plan.winograd_cached(layers) == {2, 5}
+    # under compat= nothing takes Winograd, so nothing is kept
+    assert conv_plan.winograd_cached([conv(52, 64, 64, compat="darknet-cpu")]) == set()
+    # DARKNUMBA_WINOGRAD_KEEP_MIB sets the budget instead
+    for mib, want in [("0", set()), ("0.5625", {2}), ("3.375", {0, 2, 5}), ("1e6", {0, 2, 3, 5})]:
+        monkeypatch.setenv("DARKNUMBA_WINOGRAD_KEEP_MIB", mib)
+        assert conv_plan.winograd_cached(layers) == want, mib
+    for bad in ("-1", "lots", "nan"):
+        monkeypatch.setenv("DARKNUMBA_WINOGRAD_KEEP_MIB", bad)
+        with pytest.raises(CfgError, match="DARKNUMBA_WINOGRAD_KEEP_MIB="):
+            conv_plan.winograd_cached(layers)
+
+
+@pytest.mark.parametrize("name,kept_all", [("yolov3-tiny", True), ("yolov4-tiny", True),
+                                           ("yolov4", False)])
+def test_networks_keep_the_planned_filters(name, kept_all):
+    """The network marks the layers winograd_cached names (winograd_keep) at the build and
+    again after a resize; the tiny networks keep every layer's, yolov4 at 608 only what fits
+    in half its weights' bytes, the smallest first (its 512 -> 1024 layers' not)."""
+    import darknumba as dn
+    net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
+    for size in (None, 416):
+        if size:
+            net.resize(size, size)
+        wino = {i for i, l in enumerate(net.layers) if l.type == "convolutional"
+                and plan(l, False) in (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2)}
+        kept = {i for i, l in enumerate(net.layers) if l.type == "convolutional"
+                and l.winograd_keep}
+        assert kept & wino == conv_plan.winograd_cached(net.layers)
+        assert (kept >= wino) == kept_all
+        nbytes = {i: conv_plan.winograd_filter_bytes(net.layers[i]) for i in wino}
+        assert sum(nbytes[i] for i in kept & wino) <= conv_plan.winograd_cache_budget(net.layers)
+        if not kept_all:
+            left = wino - kept
+            assert left and max(nbytes[i] for i in kept & wino) <= min(nbytes[i] for i in left)
+            assert sum(nbytes[i] for i in kept & wino) + min(nbytes[i] for i in left) > \
+                conv_plan.winograd_cache_budget(net.layers)
+    if name == "yolov4":            # at 416 the 13x13 layers take F(2x2): 16 x 512 x 1024
+        assert not net.layers[106].winograd_keep
+        assert conv_plan.winograd_filter_bytes(net.layers[106]) == 16 * 512 * 1024 * 4

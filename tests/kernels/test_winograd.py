@@ -409,6 +409,52 @@ def test_transformed_filters_follow_the_weights(rng, tmp_path):
     agree()
 
 
+def test_filters_made_at_each_forward_give_the_kept_ones_outputs_bit_for_bit(rng, tmp_path,
+                                                                           monkeypatch):
+    """A network whose budget keeps no transformed filters (conv_plan.winograd_cached) makes
+    them at each forward in the scratch arena: the same outputs as one that keeps them, bit
+    for bit, layer by layer, within 1e-4 of the exact path; after a training step, a
+    load_weights and an edit it follows the weights without being told (the kept ones are
+    told: weights_changed)."""
+    from darknumba.layers import conv_plan
+    from darknumba.weights import load_weights, save_weights
+    cfg = small_cfg(tmp_path)
+    exact, kept = nets(cfg)
+    monkeypatch.setattr(conv_plan, "WINOGRAD_CACHE_MIN_BYTES", 0)
+    monkeypatch.setattr(conv_plan, "WINOGRAD_CACHE_OF_WEIGHTS", 0.0)
+    _, made = nets(cfg)
+    assert [l.winograd_keep for l in kept.layers[:2]] == [True, True]
+    assert [l.winograd_keep for l in made.layers[:2]] == [False, False]
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
+    truth = rng.uniform(0, 1, (2, made.outputs)).astype(np.float32)
+
+    def agree():
+        got, want = made.predict(x), kept.predict(x)
+        for lm, lk in zip(made.layers, kept.layers):
+            assert np.array_equal(lm.output, lk.output)
+        assert np.array_equal(got, want)
+        assert rel_diff(got, exact.predict(x)) < 1e-4
+        assert all(l.winograd_weights is not None for l in kept.layers[:2])
+        assert all(l.winograd_weights is None for l in made.layers[:4])
+
+    agree()
+    for net in (exact, kept, made):
+        net.train_datum(x, truth)
+    agree()
+    other = tmp_path / "other.weights"
+    for l in exact.layers:
+        if l.type == "convolutional":
+            l.weights *= -1.5
+    save_weights(exact, other)
+    load_weights(kept, other)
+    load_weights(made, other)
+    agree()
+    for net in (exact, kept, made):
+        net.layers[0].weights[::7] = 0.25
+    kept.weights_changed()
+    agree()
+
+
 # -- the official yolov3-tiny and yolov4-tiny weights on the sample photos ---------------------
 
 @pytest.mark.slow

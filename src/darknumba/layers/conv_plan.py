@@ -22,11 +22,15 @@ The rules, in the order plan applies them:
   3. ONE_BY_ONE: a 1x1 convolution whose input is its column matrix (direct_1x1);
   4. IM2COL: everything else, im2col + GEMM (one GEMM per image, or in training per chunk of
      images on small maps: batched).
+And for the network as a whole, which Winograd layers keep their transformed filters between
+inference forwards (winograd_cached: a budget, the others transform them at each forward).
 """
 from __future__ import annotations
 
 import enum
+import os
 
+from ..errors import CfgError
 from ..kernels import direct, fused, gemm, im2col, winograd, xnor
 from ..kernels.winograd import tiles_of
 from . import xnor as xnor_layer
@@ -107,10 +111,30 @@ WINOGRAD_F2_BELOW = 25
 # kernel's tail block: seen on AVX2 machines, as last-digit differences in detections)
 BATCH_GEMM_MAX_N = 2048
 
+# -- which Winograd layers keep their transformed filters at inference --------------------------
+# A layer's transformed filters are (m + 2)^2 / 9 times its weights (F(4x4): 4x, F(2x2): 1.8x);
+# kept on every Winograd layer they took yolov4 at 608 from 1040 MiB resident (exact path) to
+# 1819 (AlexeyAB's CPU build: 1416). So the network keeps them only within a budget, the
+# larger of WINOGRAD_CACHE_MIN_BYTES and WINOGRAD_CACHE_OF_WEIGHTS times its weights' bytes,
+# filled smallest first; the other layers transform their filters at each forward into the
+# scratch arena that the im2col workspace already holds (transform_filters, as training does),
+# which at 608 is larger than the largest transient set (yolov4's 512 -> 1024: 77 MiB of 102).
+# The transform costs about the same per byte on every layer (0.24 ms per MiB of filters at
+# 2.2-72 MiB, 0.5-0.7 ms per MiB below 1 MiB; yolov4 at 608, busy 2-core EPYC, 2026-12-03), so
+# smallest first keeps the most layers as they were and leaves the arena the big ones.
+# yolov3-tiny (67 MiB of filters) and yolov4-tiny (55) keep all; yolov4 at 608 keeps 105 MiB
+# of its 699 (resident 1149 MiB instead of 1742), yolov3 at 416 106 of 474. What it costs:
+# yolov4 at 608 1.07x the forward's CPU time of keeping all, yolov3 at 416 1.20x (1.14x at
+# 1.0 times the weights, 1.07x at 1.5: bench/winograd_cache.py, 2026-12-03, a saturated
+# 2-core machine). DARKNUMBA_WINOGRAD_KEEP_MIB sets the budget instead (0: keep none)
+WINOGRAD_CACHE_MIN_BYTES = 96 << 20
+WINOGRAD_CACHE_OF_WEIGHTS = 0.5
+
 # the names above: tests/kernels/test_conv_plan.py checks that no other module defines them
 THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "WINOGRAD_MIN_TILES",
               "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS", "TRAIN_MIN_BFLOPS",
-              "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "BATCH_GEMM_MAX_N")
+              "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "BATCH_GEMM_MAX_N",
+              "WINOGRAD_CACHE_MIN_BYTES", "WINOGRAD_CACHE_OF_WEIGHTS")
 
 
 def plan(l, training: bool, exact: bool = False) -> ConvPath:
@@ -170,6 +194,48 @@ def winograd_tile(l, train=False) -> int:
     with fewer than WINOGRAD_F2_BELOW 4x4 tiles, else 4."""
     th, tw = tiles_of(l.out_h, l.out_w)
     return 2 if not train and th * tw < WINOGRAD_F2_BELOW else 4
+
+
+def winograd_filter_bytes(l) -> int:
+    """Bytes of layer l's transformed filters at inference: (m + 2)^2 x c x n float32, m its
+    winograd_tile."""
+    return (winograd_tile(l) + 2) ** 2 * l.c * l.n * 4
+
+
+def winograd_cache_budget(layers) -> int:
+    """Bytes of transformed filters a network of `layers` keeps at inference: the larger of
+    WINOGRAD_CACHE_MIN_BYTES and WINOGRAD_CACHE_OF_WEIGHTS times its weights' bytes, or
+    DARKNUMBA_WINOGRAD_KEEP_MIB when set (read at each build and resize)."""
+    v = os.environ.get("DARKNUMBA_WINOGRAD_KEEP_MIB")
+    if v:
+        try:
+            mib = float(v)
+        except ValueError:
+            mib = -1.0
+        if not mib >= 0:
+            raise CfgError(f"DARKNUMBA_WINOGRAD_KEEP_MIB={v!r}: expected a number of MiB, "
+                           f"0 or more")
+        return int(mib * (1 << 20))
+    weights = sum(int(getattr(l, "nweights", 0) or 0) * 4 for l in layers)
+    return max(WINOGRAD_CACHE_MIN_BYTES, int(WINOGRAD_CACHE_OF_WEIGHTS * weights))
+
+
+def winograd_cached(layers) -> set:
+    """The indices of the layers whose transformed filters are kept from one inference forward
+    to the next: of the layers that take Winograd at inference (plan, not exact), the
+    smallest filters first (ties in layer order) while their sum stays within
+    winograd_cache_budget; the others transform theirs at each forward. The same whether the
+    network runs exact or not (an exact network transforms none)."""
+    eligible = [(winograd_filter_bytes(l), i) for i, l in enumerate(layers)
+                if hasattr(l, "winograd_keep")        # the convolutions
+                and plan(l, False) in (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2)]
+    budget, total, kept = winograd_cache_budget(layers), 0, set()
+    for nbytes, i in sorted(eligible):
+        if total + nbytes > budget:
+            break
+        total += nbytes
+        kept.add(i)
+    return kept
 
 
 def batched(l, n) -> bool:

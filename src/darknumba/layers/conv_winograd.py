@@ -10,10 +10,13 @@ pays (the thresholds: conv_plan.py); the exact path stays
 under compat= (darknet-cpu), in `compare`, and when asked for (load_network(..., exact=True),
 `--exact`, DARKNUMBA_EXACT=1).
 
-The transformed filters (36 x c x n, four times the weights; in training also the rotated
-ones) are made at the first forward (backward) that needs them and kept; whatever changes the
-weights in place calls `weights_changed()` on the layer or the network (update, load_weights,
-random_init and a train-mode forward do).
+At inference the transformed filters (36 x c x n, four times the weights) of the layers the
+network keeps within its budget (conv_plan.winograd_cached: winograd_keep) are made at the
+first forward that needs them and kept; whatever changes the weights in place calls
+`weights_changed()` on the layer or the network (update, load_weights, random_init and a
+train-mode forward do). The other layers', and in training every layer's (and the rotated
+ones of the input gradient), are made at each pass into the network's scratch arena, the
+shared workspace: the same transform, the same values, held one layer at a time.
 
 The transforms run on numba's number of threads as Python threads calling GIL-free serial
 kernels over ranges of tile rows, not as numba prange kernels, whose parfor passes
@@ -51,11 +54,13 @@ TASKS_PER_THREAD = 4
 
 def transformed_weights(l, m=4, net=None) -> np.ndarray:
     """U = G g G^T for every channel and filter ((m + 2)^2 x c x n; G of F(m x m, 3x3)), made
-    once and kept on the layer (transform_filters). In training (`net` training) it is made
-    at each forward into the network's scratch instead: the weights change every update, and
-    kept on every layer, with the input gradient's, they held 8x the Winograd layers' weights
-    (yolov3's training peak 1.3 GB above the exact path's)."""
-    if net is not None and net.train:
+    once and kept on the layer (transform_filters). In training (`net` training) and for a
+    layer the network does not keep them for (winograd_keep, conv_plan.winograd_cached) it is
+    made at each forward into the network's scratch instead: the weights change every update,
+    and kept on every layer, with the input gradient's, they held 8x the Winograd layers'
+    weights (yolov3's training peak 1.3 GB above the exact path's); at inference kept on
+    every layer, 4x (yolov4's resident memory 1819 MiB at 608 instead of 1040 exact)."""
+    if net is not None and (net.train or not getattr(l, "winograd_keep", True)):
         return transform_filters(l, VARIANTS[m][0], out=_scratch_U(l, net, (m + 2) ** 2))
     U = getattr(l, "winograd_weights", None)
     if U is None or U.shape[0] != (m + 2) ** 2:
@@ -107,7 +112,7 @@ def forward_winograd(l, net):
     """l.output = conv(net.input) through F(4x4, 3x3) (at inference on small maps F(2x2, 3x3),
     winograd_tile), before the biases or batch norm."""
     m = winograd_tile(l, net.train)
-    if net.train:
+    if net.train or not l.winograd_keep:
         _grow_arena(net, l, m, l.c, l.n, l.out_h, l.out_w)
     U = transformed_weights(l, m, net)
     _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, U, l.output, l.out_h, l.out_w,

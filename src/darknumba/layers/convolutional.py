@@ -55,6 +55,7 @@ class ConvolutionalLayer(Layer):
     bn_foldable = True
     share_layer = None            # AlexeyAB's share_index: the layer whose parameters this uses
     winograd_weights = None       # 36 x c x n Winograd filters, made when first needed
+    winograd_keep = True          # kept between inference forwards (conv_plan.winograd_cached)
     xnor = False                  # xnor=1: binary weights and inputs (layers/xnor.py)
     use_bin_output = False        # bin_output=1: linear on AlexeyAB's bit path
     bits_wanted = False           # calculate_binary_weights asked for the bit path
