@@ -12,6 +12,7 @@ parse_contrastive reads, as its parser built the layer from 09991d04 (2020-06-14
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +28,9 @@ def classifier_stand_ins(cfg) -> tuple[str, list[dict]]:
     layer index and the keys parse_contrastive reads, with its defaults). The text is the cfg's
     own when there is none; line numbers are kept (a section's key lines become blank)."""
     text = read_text(Path(cfg), "cfg file")
-    sections = parse_cfg_text(text, str(cfg))
+    with warnings.catch_warnings():     # darknumba's own parse of the cfg has said them
+        warnings.simplefilter("ignore")
+        sections = parse_cfg_text(text, str(cfg))
     lines = text.split("\n")
     found = []
     for k, s in enumerate(sections[1:]):
