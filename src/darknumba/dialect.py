@@ -181,8 +181,7 @@ class Quirks:
     # [cell][anchor][4 + 1 + classes], only objectness and classes activated, its loss (the
     # logistic's derivative inside the deltas, classfix, focal_loss), its detections
     # (objectness 1) and 200 truths of 6 values. Both of AlexeyAB's builds compute this (its GPU
-    # forward flattens too); darknumba's alexeyab dialect otherwise keeps pjreddie's [region],
-    # so it is set under compat="darknet-cpu", where `compare` holds the tensors against C
+    # forward flattens too), so it is the alexeyab dialect's [region], with or without compat
     region_alexeyab: bool = False
 
     # -- what the dialects compute differently ---------------------------------------------------
@@ -325,7 +324,7 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       implicit_not_updated=compat == "darknet-cpu",
                       activate_lacks_ab_cases=compat == "darknet-cpu",
                       contrastive_output_zero=compat == "darknet-cpu",
-                      region_alexeyab=compat == "darknet-cpu",
+                      region_alexeyab=True,
                       overwrite_delta=compat == "darknet-cpu")
     cpu = compat == "darknet-cpu"
     return Quirks(dialect, compat, delta_overwrite_1x1=cpu, strided_1x1_misread=cpu,

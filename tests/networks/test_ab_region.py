@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 import darknumba as dn
 from darknumba.cli import app
-from darknumba.errors import DataError
+from darknumba.errors import CfgError, CfgWarning, DataError
 from darknumba.layers.region import RegionLayer
 from darknumba.layers.region_ab import AbRegionLayer
 from darknumba.parity.compare import compare_npz
@@ -58,10 +58,12 @@ def test_recorded_output_is_flattened_with_only_objectness_and_classes_activated
 
 
 def test_region_class_by_dialect_and_compat():
-    """AlexeyAB's [region] under compat="darknet-cpu" only; the default keeps pjreddie's."""
+    """AlexeyAB's [region] in its dialect, with or without compat (both of its builds compute
+    it); pjreddie's dialect keeps its own."""
     cfg = FIX / "ab-region.cfg"
     for dialect, compat, cls in [("alexeyab", "darknet-cpu", AbRegionLayer),
-                                 ("alexeyab", None, RegionLayer),
+                                 ("alexeyab", None, AbRegionLayer),
+                                 ("pjreddie", None, RegionLayer),
                                  ("pjreddie", "darknet-cpu", RegionLayer)]:
         net = dn.parse_network_cfg(cfg, dialect=dialect, compat=compat, seed=None,
                                    allocate=False)
@@ -124,3 +126,25 @@ def test_live_alexeyab_region_run_passes_every_layer(tmp_path, cfg, run):
                             str(FIX / "init.weights"), *args, "--json"])
     report = json.loads(r.stdout[r.stdout.index("{"):])
     assert r.exit_code == 0 and report["passed"], report["verdict"]
+
+
+def test_coords_alexeyab_does_not_reproduce_falls_back_with_a_warning(tmp_path):
+    """coords other than 4: AlexeyAB's [region] indexes as if 4, which is not reproduced; in
+    its dialect pjreddie's [region] computes the layer, with a warning naming the line, and
+    under compat (where compare holds the tensors against AlexeyAB's build) it is refused."""
+    text = (FIX / "ab-region.cfg").read_text()
+    body = text.replace("coords=4", "coords=5")
+    assert body != text
+    # the head's filters for coords=5: num * (classes + coords + 1)
+    l0 = dn.parse_network_cfg(FIX / "ab-region.cfg", dialect="alexeyab", seed=None,
+                              allocate=False).layers[-1]
+    body = body.replace(f"filters={l0.n * (l0.classes + 5)}", f"filters={l0.n * (l0.classes + 6)}")
+    cfg = tmp_path / "coords5.cfg"
+    cfg.write_text(body)
+    with pytest.warns(CfgWarning, match=r"coords5\.cfg:\d+.*coords=5 is not reproduced; "
+                                        r"pjreddie's \[region\] computes this layer"):
+        net = dn.parse_network_cfg(cfg, dialect="alexeyab", seed=None, allocate=False)
+    assert type(net.layers[-1]) is RegionLayer and net.layers[-1].coords == 5
+    with pytest.raises(CfgError, match=r"coords5\.cfg:\d+.*coords=5 is not reproduced"):
+        dn.parse_network_cfg(cfg, dialect="alexeyab", compat="darknet-cpu", seed=None,
+                             allocate=False)

@@ -15,7 +15,15 @@ CPU_QUIRKS = ("delta_overwrite_1x1", "strided_1x1_misread", "batchnorm_layer_not
               "sig_unsigned_wrap")
 AB_CPU_QUIRKS = ("col2im_zeroes_delta", "sam_overwrites_from_delta", "bn_bias_not_updated",
                  "antialias_no_blur_backward", "implicit_not_updated", "activate_lacks_ab_cases",
-                 "bn_delta_eps_outside_sqrt", "region_alexeyab")
+                 "bn_delta_eps_outside_sqrt")
+
+
+@pytest.mark.parametrize("compat", [None, "darknet-cpu"])
+def test_alexeyab_region_is_the_dialects_not_a_cpu_quirk(compat):
+    """AlexeyAB's flattened [region] is what both of its builds compute: on in its dialect
+    with or without compat, never in pjreddie's."""
+    assert quirks_for("alexeyab", compat).region_alexeyab
+    assert not quirks_for("pjreddie", compat).region_alexeyab
 
 
 def test_pjreddie_default_has_no_cpu_quirks():

@@ -14,20 +14,22 @@ derivative inside the deltas, no (2 - w*h) box scale, AlexeyAB's classfix and fo
 deltas are put back in the convolution's layout and the backward only adds them. Truths: up
 to `max` (200) boxes of 6 floats (x, y, w, h, class, track id).
 
-darknumba's alexeyab dialect otherwise runs pjreddie's [region] (layers/region.py, the layout
-and loss its tests and trained models use); this class is built where quirks.region_alexeyab is
-set: AlexeyAB's dialect under compat="darknet-cpu", as `compare` runs it.
+This class is the alexeyab dialect's [region] (quirks.region_alexeyab), with or without
+compat: it is not a CPU quirk but what both of AlexeyAB's builds compute. pjreddie's dialect
+keeps layers/region.py.
 Not reproduced: tree= (YOLO9000's class hierarchy) and coords other than 4 (AlexeyAB indexes
-the objectness and classes at +4 / +5 whatever coords says) are refused; for image b > 0
-detections read image b's output (AlexeyAB's custom_get_region_detections always reads the
-first image's).
+the objectness and classes at +4 / +5 whatever coords says): pjreddie's [region] computes
+such a layer, with a warning naming the cfg line (under compat="darknet-cpu": refused); for
+image b > 0 detections read image b's output (AlexeyAB's custom_get_region_detections always
+reads the first image's).
 """
 import math
+import warnings
 
 import numpy as np
 
 from ..detections import Detections
-from ..errors import DataError
+from ..errors import CfgWarning, DataError
 from ..kernels.box_ab import DEFAULT_NMS
 from ..kernels.region_ab import (N_STATS, S_ANYOBJ, S_BAD_CLASS, S_CLASS, S_CLASS_COUNT,
                                  S_COUNT, S_IOU, S_OBJ, S_RECALL, RegionAbParams,
@@ -61,12 +63,17 @@ class AbRegionLayer(RegionLayer):
         """parse_region: AlexeyAB's keys; anchors past num*2 values are ignored, as it does."""
         require_image_input(s, params)
         coords = s.find_int("coords", 4)
-        if coords != 4:
-            raise s.error("coords", f"AlexeyAB's [region] indexes the objectness and classes as "
-                                    f"if coords=4; coords={coords} is not reproduced")
-        if s.has("tree"):
-            raise s.error("tree", "AlexeyAB's [region] with a class tree (YOLO9000) is not "
-                                  "reproduced under compat=\"darknet-cpu\"")
+        unreproduced = (("coords", f"AlexeyAB's [region] indexes the objectness and classes as "
+                                   f"if coords=4; coords={coords} is not reproduced")
+                        if coords != 4 else
+                        ("tree", "AlexeyAB's [region] with a class tree (YOLO9000) is not "
+                                 "reproduced") if s.has("tree") else None)
+        if unreproduced and params.net.quirks.compat is not None:
+            raise s.error(*unreproduced)
+        if unreproduced:        # the layer as pjreddie's rewrite computes it, said once
+            warnings.warn(CfgWarning(f"{s.where(unreproduced[0])}: {unreproduced[1]}; "
+                                     f"pjreddie's [region] computes this layer"), stacklevel=5)
+            return RegionLayer.from_cfg(s, params)
         classes = s.find_int("classes", 20, at_least=1)
         num = s.find_int("num", 1, at_least=1)
         max_boxes = s.find_int("max", 200, at_least=1)
