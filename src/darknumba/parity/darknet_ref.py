@@ -34,6 +34,9 @@ SHIM_SOURCE = Path(__file__).with_name("compare_shim.c")
 SHIM_SOURCES = {PJREDDIE: SHIM_SOURCE, ALEXEYAB: Path(__file__).with_name("compare_shim_ab.c")}
 HANK_AI = "hank-ai"     # a tree kind compare refuses (Darknet V3 and later)
 TITLES = {PJREDDIE: "C", ALEXEYAB: "AlexeyAB"}     # "<title> darknet at DIR" in reports
+# trees whose parser cannot build a classifier [contrastive] (AlexeyAB's reads the missing
+# [yolo] through a null pointer): compare hands it stand-ins (ab_contrastive.py)
+CONTRASTIVE_STAND_INS = {PJREDDIE: False, ALEXEYAB: True}
 # Fields read from each layer, by run mode (names of darknet's `layer` struct members).
 FORWARD_FIELDS = ("output",)
 TRAIN_FORWARD_FIELDS = ("mean", "variance", "output", "delta", "cost", "rolling_mean",
@@ -79,6 +82,10 @@ class DarknetTree:
     @property
     def title(self) -> str:
         return TITLES[self.kind]
+
+    @property
+    def needs_contrastive_stand_ins(self) -> bool:
+        return CONTRASTIVE_STAND_INS[self.kind]
 
     @classmethod
     def locate(cls, root) -> "DarknetTree":
@@ -191,7 +198,7 @@ def run_darknet(tree: DarknetTree, cfg, weights, mode: str, *, x=None, image=Non
     with tempfile.TemporaryDirectory(prefix="darknumba-compare-") as tmp:
         tmp = Path(tmp)
         c_cfg, stand_ins = Path(cfg).resolve(), []
-        if tree.kind == ALEXEYAB:   # its parser cannot build a classifier [contrastive]
+        if tree.needs_contrastive_stand_ins:
             text, stand_ins = classifier_stand_ins(cfg)
             if stand_ins:
                 c_cfg = tmp / f"stand-in-{c_cfg.name}"
@@ -277,7 +284,7 @@ def _bind(shim_path: str):
         "dnc_update": (I, [P, ctypes.POINTER(F)]),
         "dnc_letterbox": (I, [P, ctypes.c_char_p, ctypes.POINTER(F), ctypes.POINTER(I)]),
     }
-    if hasattr(lib, "dnc_contrastive_classifier"):       # AlexeyAB's shim only
+    if getattr(lib, "dnc_contrastive_classifier", None) is not None:    # AlexeyAB's shim only
         sig["dnc_contrastive_classifier"] = (I, [P, I, I, F, F, F, I])
     for name, (res, args) in sig.items():
         fn = getattr(lib, name)
