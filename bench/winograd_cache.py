@@ -6,7 +6,7 @@ Memory: each mode builds the network in a process of its own and runs --rss-reps
 its peak resident memory. Time: one process runs the three modes forward by forward in turn
 (all, budget, exact, all, ...: --reps rounds after a warm-up round, the same network, so a
 busy machine slows each mode alike) and prints each mode's median wall and CPU ms per forward;
-`others`: how many cores other processes kept busy meanwhile (benchlib.OtherLoad).
+`others`: how many cores other processes kept busy meanwhile.
 
     python bench/winograd_cache.py [--cfg cfg/yolov4.cfg] [--reps 5] [--size 608]
                                    [--no-rss] [--fractions 1.0,1.5]
@@ -73,17 +73,22 @@ def time_modes(cfg: str, reps: int, size: int | None, modes) -> None:
     x = np.random.default_rng(0).random(net.inputs, dtype=np.float32)
     wall = {m: [] for m in modes}
     cpu = {m: [] for m in modes}
-    with benchlib.OtherLoad() as load:
-        for r in range(reps + 1):
-            for mode in modes:
-                set_mode(net, mode)
-                t, c = time.perf_counter(), time.process_time()
-                net.predict(x)
-                if r:                       # round 0 warms up (and makes the kept filters)
-                    wall[mode].append(1000 * (time.perf_counter() - t))
-                    cpu[mode].append(1000 * (time.process_time() - c))
-    print(f"## time ({reps} rounds, modes in turn; others kept {load.cores:.2f} cores busy)")
-    print(f"{'mode':<7} {'kept MiB':>9} {'wall ms':>9} {'cpu ms':>9}   (medians; walls: min .. max)")
+    busy0, mine0, t0 = benchlib.busy_cpu_seconds(), time.process_time(), time.perf_counter()
+    for r in range(reps + 1):
+        for mode in modes:
+            set_mode(net, mode)
+            t, c = time.perf_counter(), time.process_time()
+            net.predict(x)
+            if r:                           # round 0 warms up (and makes the kept filters)
+                wall[mode].append(1000 * (time.perf_counter() - t))
+                cpu[mode].append(1000 * (time.process_time() - c))
+    # other processes: the machine's busy CPU time less this process's, over the wall time
+    others = ((benchlib.busy_cpu_seconds() - busy0) - (time.process_time() - mine0)) / \
+        (time.perf_counter() - t0)
+    print(f"## time ({reps} rounds, modes in turn; others kept {max(0.0, others):.2f} cores "
+          f"busy)")
+    print(f"{'mode':<7} {'kept MiB':>9} {'wall ms':>9} {'cpu ms':>9}   "
+          f"(medians; walls: min .. max)")
     for mode in modes:
         print(f"{mode:<7} {set_mode(net, mode) / (1 << 20):9.0f} "
               f"{benchlib.median(wall[mode]):9.1f} {benchlib.median(cpu[mode]):9.1f}"

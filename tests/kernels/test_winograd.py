@@ -110,8 +110,8 @@ def test_kernels_match_reference_and_convolution(rng, b, c, h, w, n, pad, m):
 @pytest.mark.parametrize("m", [4, 2])
 @pytest.mark.parametrize("n, c", [(6, 11), (33, 2), (1, 70), (65, 3)])
 def test_filter_transform_against_float64(rng, n, c, m):
-    """The filter transform (winograd_filters_cpu, blocks of FILTER_BLOCK filters: counts
-    around it) against the float64 G g G^T of every filter, within float32's rounding of it;
+    """The filter transform (winograd_filters_cpu) against the float64 G g G^T of every
+    filter, within float32's rounding of it;
     the input gradient's (flipped) filters against rot180 of each filter, channels and filters
     swapped; a range of U's rows writes those rows and no other."""
     import darknumba.layers.conv_winograd as cw
@@ -131,6 +131,36 @@ def test_filter_transform_against_float64(rng, n, c, m):
     winograd_filters_cpu(wts, c, cw.VARIANTS[m][0], False, part, 1, c)
     assert np.isnan(part[:, 0]).all()
     np.testing.assert_array_equal(part[:, 1:], U[:, 1:])
+
+
+@pytest.mark.parametrize("m", [4, 2])
+@pytest.mark.parametrize("flip", [False, True])
+@pytest.mark.parametrize("n, c", [(6, 11), (33, 2), (1, 70), (128, 64)])
+def test_filter_transform_bit_for_bit_its_sums_in_order(rng, n, c, m, flip):
+    """Each transformed value is 0 + kron[k, j] * g[j] + ... over kron's nonzero entries in
+    the order of j, in float64, rounded once to float32: bit for bit the plain numpy sums in
+    that order (elementwise products and additions, no fused multiply-add), also on zeros of
+    either sign, subnormal and huge weights; a range of rows written on its own the same."""
+    from darknumba.kernels.winograd import winograd_filters_cpu
+    from darknumba.layers.conv_winograd import VARIANTS
+    kron = VARIANTS[m][0]
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    wts[::5], wts[::7] = 0.0, -0.0
+    wts[::11] *= np.float32(1e-40)
+    wts[::13] *= np.float32(1e30)
+    taps = wts.reshape(n, c, 9).astype(np.float64)
+    taps = taps[:, :, ::-1] if flip else taps.transpose(1, 0, 2)
+    ref = np.empty((kron.shape[0],) + taps.shape[:2], np.float32)      # k x o x p
+    for k in range(kron.shape[0]):
+        acc = np.zeros(taps.shape[:2])
+        for j in range(9):
+            if kron[k, j] != 0.0:
+                acc = acc + kron[k, j] * taps[:, :, j]
+        ref[k] = acc
+    U = np.full(ref.shape, np.nan, np.float32)
+    winograd_filters_cpu(wts, c, kron, flip, U, 1, U.shape[1])
+    winograd_filters_cpu(wts, c, kron, flip, U, 0, 1)
+    np.testing.assert_array_equal(U.view(np.int32), ref.view(np.int32))
 
 
 def test_filter_transform_names_short_weights():
