@@ -8,9 +8,9 @@ Each 4x4 output tile is A^T [ (G g G^T) * (B^T d B) ] A, with d the 6x6 input ti
 (its origin 4 * tile - pad), g a 3x3 filter. Summed over the input channels, the elementwise
 product becomes, for each of the 36 positions k of the transformed tile, one matrix product:
 M[:, k] = V[:, k] @ U[k], V[:, k]: tiles x c (transformed input tiles), U[k]: c x n
-(transformed filters). The caller transforms the filters (winograd_filters_cpu, once per layer:
-layers/conv_winograd.py) and runs the 36 GEMMs in BLAS; the other kernels do the input and
-output transforms. B^T and A^T are written out in _bt6 and _at6;
+(transformed filters). The caller transforms the filters (winograd_filters_cpu, once per layer
+or at each forward: layers/conv_winograd.py) and runs the 36 GEMMs in BLAS; the other kernels
+do the input and output transforms. B^T and A^T are written out in _bt6 and _at6;
 tests/kernels/test_winograd.py holds the three matrices as a plain numpy reference.
 
 The kernels are serial over a range of tile rows, without the GIL: the layer runs ranges on

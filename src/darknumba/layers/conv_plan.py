@@ -114,19 +114,20 @@ BATCH_GEMM_MAX_N = 2048
 # -- which Winograd layers keep their transformed filters at inference --------------------------
 # A layer's transformed filters are (m + 2)^2 / 9 times its weights (F(4x4): 4x, F(2x2): 1.8x);
 # kept on every Winograd layer they took yolov4 at 608 from 1040 MiB resident (exact path) to
-# 1819 (AlexeyAB's CPU build: 1416). So the network keeps them only within a budget, the
+# 1742 (at 1eb2444; AlexeyAB's CPU build: 1416). So the network keeps them only within a budget, the
 # larger of WINOGRAD_CACHE_MIN_BYTES and WINOGRAD_CACHE_OF_WEIGHTS times its weights' bytes,
 # filled smallest first; the other layers transform their filters at each forward into the
 # scratch arena that the im2col workspace already holds (transform_filters, as training does),
 # which at 608 is larger than the largest transient set (yolov4's 512 -> 1024: 77 MiB of 102).
-# The transform costs about the same per byte on every layer (0.24 ms per MiB of filters at
-# 2.2-72 MiB, 0.5-0.7 ms per MiB below 1 MiB; yolov4 at 608, busy 2-core EPYC, 2026-12-03), so
-# smallest first keeps the most layers as they were and leaves the arena the big ones.
+# The transform costs about the same per byte on every layer (0.15 ms per MiB of filters from
+# 2 MiB on, 0.19 for F(2x2)'s, 0.3-0.6 below 1 MiB; 2 threads, 2026-12-03), so smallest first
+# keeps the most layers as they were and leaves the arena the big ones.
 # yolov3-tiny (67 MiB of filters) and yolov4-tiny (55) keep all; yolov4 at 608 keeps 105 MiB
-# of its 699 (resident 1149 MiB instead of 1742), yolov3 at 416 106 of 474. What it costs:
-# yolov4 at 608 1.07x the forward's CPU time of keeping all, yolov3 at 416 1.20x (1.14x at
-# 1.0 times the weights, 1.07x at 1.5: bench/winograd_cache.py, 2026-12-03, a saturated
-# 2-core machine). DARKNUMBA_WINOGRAD_KEEP_MIB sets the budget instead (0: keep none)
+# of its 699 (resident 1149 MiB instead of 1742), yolov3 at 416 106 of 474 (775 instead of
+# 1143). What it costs (bench/winograd_cache.py, idle 2-core EPYC, 2026-12-03): yolov4 at 608
+# 1508 ms per forward instead of 1430 (1.05x; exact 1647), yolov3 at 416 387 instead of 305
+# (1.27x; 371 at 1.0 times the weights; exact 453). DARKNUMBA_WINOGRAD_KEEP_MIB sets the
+# budget instead (0: keep none; a large value keeps all)
 WINOGRAD_CACHE_MIN_BYTES = 96 << 20
 WINOGRAD_CACHE_OF_WEIGHTS = 0.5
 

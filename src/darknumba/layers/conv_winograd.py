@@ -59,7 +59,7 @@ def transformed_weights(l, m=4, net=None) -> np.ndarray:
     made at each forward into the network's scratch instead: the weights change every update,
     and kept on every layer, with the input gradient's, they held 8x the Winograd layers'
     weights (yolov3's training peak 1.3 GB above the exact path's); at inference kept on
-    every layer, 4x (yolov4's resident memory 1819 MiB at 608 instead of 1040 exact)."""
+    every layer, 4x (yolov4's resident memory 1742 MiB at 608 instead of 1040 exact)."""
     if net is not None and (net.train or not getattr(l, "winograd_keep", True)):
         return transform_filters(l, VARIANTS[m][0], out=_scratch_U(l, net, (m + 2) ** 2))
     U = getattr(l, "winograd_weights", None)
