@@ -36,6 +36,26 @@ from .truth import box_rows, check_box_truth
 _NO_INTS = np.zeros(0, dtype=np.int64)
 
 
+def read_scales(l, s):
+    """The loss scales and bias_match both forks' parse_region read, with their defaults."""
+    l.coord_scale = s.find_float("coord_scale", 1)
+    l.object_scale = s.find_float("object_scale", 1)
+    l.noobject_scale = s.find_float("noobject_scale", 1)
+    l.mask_scale = s.find_float("mask_scale", 1)
+    l.class_scale = s.find_float("class_scale", 1)
+    l.bias_match = s.find_int("bias_match", 0)
+
+
+def read_class_map(l, s, params, classes):
+    """map=: the class-id map file, relative to the cfg, every id within the layer's classes."""
+    if s.has("map"):
+        l.map = read_map(resolve(s.find_str("map"), params.path))
+        bad = l.map[(l.map < 0) | (l.map >= classes)]
+        if bad.size:
+            raise s.error("map", f"the class map sends ids to {int(bad[0])}, outside the "
+                                 f"layer's classes 0..{classes - 1}")
+
+
 class RegionLayer(Layer):
     type = "region"
     detector_head = makes_detections = True
@@ -90,22 +110,12 @@ class RegionLayer(Layer):
         s.find_int("classfix", 0)
         s.find_int("absolute", 0)
         l.random = s.find_int("random", 0)
-        l.coord_scale = s.find_float("coord_scale", 1)
-        l.object_scale = s.find_float("object_scale", 1)
-        l.noobject_scale = s.find_float("noobject_scale", 1)
-        l.mask_scale = s.find_float("mask_scale", 1)
-        l.class_scale = s.find_float("class_scale", 1)
-        l.bias_match = s.find_int("bias_match", 0)
+        read_scales(l, s)
         if s.has("tree"):
             l.tree = read_tree(resolve(s.find_str("tree"), params.path))
             if l.tree.n != classes:
                 raise s.error("tree", f"the tree has {l.tree.n} classes, the layer classes={classes}")
-        if s.has("map"):
-            l.map = read_map(resolve(s.find_str("map"), params.path))
-            bad = l.map[(l.map < 0) | (l.map >= classes)]
-            if bad.size:
-                raise s.error("map", f"the class map sends ids to {int(bad[0])}, outside the "
-                                     f"layer's classes 0..{classes - 1}")
+        read_class_map(l, s, params, classes)
         return l
 
     def forward(self, net):

@@ -38,9 +38,8 @@ from ..kernels.region_ab import (N_STATS, S_ANYOBJ, S_BAD_CLASS, S_CLASS, S_CLAS
 from ..kernels.blas import axpy_cpu
 from ..kernels.yolo import sum_squares
 from ..kernels.yolo_ab import correct_yolo_boxes_ab_cpu
-from ..tree import read_map, resolve
 from .base import require_image_input, scratch_of
-from .region import RegionLayer
+from .region import RegionLayer, read_class_map, read_scales
 
 TRUTH_SIZE = 6
 
@@ -95,18 +94,8 @@ class AbRegionLayer(RegionLayer):
         l.thresh = s.find_float("thresh", 0.5)
         l.classfix = s.find_int("classfix", 0)
         l.random = s.find_float("random", 0.0)
-        l.coord_scale = s.find_float("coord_scale", 1)
-        l.object_scale = s.find_float("object_scale", 1)
-        l.noobject_scale = s.find_float("noobject_scale", 1)
-        l.mask_scale = s.find_float("mask_scale", 1)
-        l.class_scale = s.find_float("class_scale", 1)
-        l.bias_match = s.find_int("bias_match", 0)
-        if s.has("map"):
-            l.map = read_map(resolve(s.find_str("map"), params.path))
-            bad = l.map[(l.map < 0) | (l.map >= classes)]
-            if bad.size:
-                raise s.error("map", f"the class map sends ids to {int(bad[0])}, outside the "
-                                     f"layer's classes 0..{classes - 1}")
+        read_scales(l, s)
+        read_class_map(l, s, params, classes)
         return l
 
     @property
