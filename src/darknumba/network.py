@@ -14,7 +14,7 @@ from .errors import DarknumbaError
 from .kernels.blas import fill_cpu
 from .layers import memory
 from .layers.base import Layer, Scratch, UpdateArgs
-from .layers.conv_plan import winograd_cached
+from .layers.conv_plan import mark_winograd_kept
 from .layers.route import share_outputs
 from .net_options import NetOptions, options_as_attributes
 
@@ -241,12 +241,7 @@ class Network:
         their transformed filters at inference (conv_plan.winograd_cached; a layer that no
         longer keeps them drops them): both follow the layers' sizes."""
         self.workspace_floats = max([l.workspace_size for l in self.layers] + [1])
-        kept = winograd_cached(self.layers)
-        for i, l in enumerate(self.layers):
-            if hasattr(l, "winograd_keep"):     # the convolutions
-                l.winograd_keep = i in kept
-                if not l.winograd_keep:
-                    l.winograd_weights = None
+        mark_winograd_kept(self.layers)
 
     # -- input checks ------------------------------------------------------------------------
     def require_buffers(self, what: str):

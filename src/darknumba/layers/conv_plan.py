@@ -241,6 +241,18 @@ def winograd_cached(layers) -> set:
     return kept
 
 
+def mark_winograd_kept(layers):
+    """winograd_keep on each convolution of `layers` as winograd_cached says; a layer that no
+    longer keeps its transformed filters drops them (Network.alloc_workspace, at every build
+    and resize)."""
+    kept = winograd_cached(layers)
+    for i, l in enumerate(layers):
+        if hasattr(l, "winograd_keep"):     # the convolutions
+            l.winograd_keep = i in kept
+            if not l.winograd_keep:
+                l.winograd_weights = None
+
+
 def batched(l, n) -> bool:
     """The whole batch (in chunks) in one GEMM, for a map of `n` output pixels (see
     BATCH_GEMM_MAX_N; the forward asks only in training, the backward always)."""
