@@ -203,6 +203,10 @@ class Quirks:
     # AlexeyAB's make_implicit_layer leaves l.train = 0, so update_network skips [implicit]:
     # its weights never learn
     implicit_not_updated: bool = False
+    # the same for [connected], [deconvolutional], [local], [rnn], [gru] and [lstm], whose
+    # make_*_layer leave l.train = 0 too: update_network (and update_network_gpu) skip them, so
+    # they never learn in either of AlexeyAB's builds (a bug: reproduced under compat only)
+    train_unset_not_updated: bool = False
     # .weights header written on save: (major, minor, revision)
     weights_version: tuple = (0, 2, 0)
     # [yolo] follows AlexeyAB's yolo_layer.c (layers/yolo_ab.py): its keys and defaults (max=200
@@ -322,6 +326,7 @@ def quirks_for(dialect: str | None = None, compat: str | None = None) -> Quirks:
                       bn_bias_not_updated=compat == "darknet-cpu",
                       antialias_no_blur_backward=compat == "darknet-cpu",
                       implicit_not_updated=compat == "darknet-cpu",
+                      train_unset_not_updated=compat == "darknet-cpu",
                       activate_lacks_ab_cases=compat == "darknet-cpu",
                       contrastive_output_zero=compat == "darknet-cpu",
                       region_alexeyab=True,

@@ -13,7 +13,7 @@ from .dialect import quirks_for
 from .errors import DarknumbaError
 from .kernels.blas import fill_cpu
 from .layers import memory
-from .layers.base import Layer, Scratch, UpdateArgs
+from .layers.base import Layer, Scratch, UpdateArgs, skips_update
 from .layers.conv_plan import mark_winograd_kept
 from .layers.route import share_outputs
 from .net_options import NetOptions, options_as_attributes
@@ -337,7 +337,8 @@ class Network:
                        momentum=self.momentum, decay=self.decay, adam=self.adam,
                        B1=self.B1, B2=self.B2, eps=self.eps, t=self.t)
         for l in self.layers:
-            l.update(a)
+            if not skips_update(l, self.quirks):
+                l.update(a)
 
     def train_datum(self, x, truth) -> float:
         """train_network_datum: seen += batch first; forward (train), backward; update only

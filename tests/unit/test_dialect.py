@@ -15,7 +15,7 @@ CPU_QUIRKS = ("delta_overwrite_1x1", "strided_1x1_misread", "batchnorm_layer_not
               "sig_unsigned_wrap")
 AB_CPU_QUIRKS = ("col2im_zeroes_delta", "sam_overwrites_from_delta", "bn_bias_not_updated",
                  "antialias_no_blur_backward", "implicit_not_updated", "activate_lacks_ab_cases",
-                 "bn_delta_eps_outside_sqrt")
+                 "bn_delta_eps_outside_sqrt", "train_unset_not_updated")
 
 
 @pytest.mark.parametrize("compat", [None, "darknet-cpu"])

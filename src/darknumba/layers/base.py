@@ -151,6 +151,10 @@ class Layer:
     draws_random = False
     # [cost]: get_network_output_layer passes over it
     is_cost_layer = False
+    # AlexeyAB's make_*_layer leaves l.train = 0 ([connected], [deconvolutional], [local],
+    # [rnn], [gru], [lstm]), so its update_network (CPU and GPU) never updates it: see
+    # skips_update and quirks.train_unset_not_updated
+    ab_train_unset = False
     # output = weights . input, one row of weights per output channel, then its own batch norm
     # ([convolutional], [connected]): export folds the batch norm into the weights
     bn_foldable = False
@@ -402,3 +406,9 @@ def update_params(l, a):
         sgd_update_cpu(l.nbiases, step, 0.0, a.momentum, scales, l.scale_updates)
     decay = f32(-f32(a.decay) * f32(a.batch))
     sgd_update_cpu(l.nweights, step, decay, a.momentum, l.weights, l.weight_updates)
+
+
+def skips_update(l, quirks) -> bool:
+    """update_network passes over layer l: AlexeyAB's skips every layer its make_*_layer left
+    at l.train = 0 (Layer.ab_train_unset), under quirks.train_unset_not_updated."""
+    return quirks.train_unset_not_updated and l.ab_train_unset

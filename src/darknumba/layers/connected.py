@@ -12,6 +12,7 @@ from .batchnorm import backward_batchnorm, forward_batchnorm
 
 
 class ConnectedLayer(Layer):
+    ab_train_unset = True        # AlexeyAB never updates it (base.skips_update)
     type = "connected"
     bn_foldable = True
 

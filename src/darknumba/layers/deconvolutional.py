@@ -19,6 +19,7 @@ from .convolutional import conv_weight_records
 
 
 class DeconvolutionalLayer(Layer):
+    ab_train_unset = True        # AlexeyAB never updates it (base.skips_update)
     type = "deconvolutional"
 
     def __init__(self, batch, h, w, c, n, size, stride, padding, activation,

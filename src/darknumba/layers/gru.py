@@ -19,6 +19,7 @@ NAMES = ("wz", "wr", "wh", "uz", "ur", "uh")
 
 
 class GRULayer(SubLayers, Layer):
+    ab_train_unset = True        # AlexeyAB never updates it (base.skips_update)
     type = "gru"
     SUB_NAMES = NAMES
 

@@ -17,6 +17,7 @@ from .memory import zeros
 
 
 class LocalLayer(Layer):
+    ab_train_unset = True        # AlexeyAB never updates it (base.skips_update)
     type = "local"
 
     def __init__(self, batch, h, w, c, n, size, stride, pad, activation):

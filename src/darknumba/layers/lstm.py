@@ -20,6 +20,7 @@ GATES = ("f", "i", "g", "o")
 
 
 class LSTMLayer(SubLayers, Layer):
+    ab_train_unset = True        # AlexeyAB never updates it (base.skips_update)
     type = "lstm"
     SUB_NAMES = NAMES
     STATE_NAMES = ("h_state", "c_state")

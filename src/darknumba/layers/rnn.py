@@ -22,6 +22,7 @@ from .steps import StepBuffers, SubLayers, step_net
 
 
 class RNNLayer(SubLayers, Layer):
+    ab_train_unset = True        # AlexeyAB never updates it (base.skips_update)
     type = "rnn"
     SUB_NAMES = ("input", "self", "output")
 

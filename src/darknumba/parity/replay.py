@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..layers.antialias import Antialiased
-from ..layers.base import UpdateArgs
+from ..layers.base import UpdateArgs, skips_update
 from ..network import zero_delta
 
 # what a layer's backward reads (activation_input: what swish / mish / hard_mish kept)
@@ -184,7 +184,8 @@ def _update(net, ref, run, own):
             _put(l, f, ref.get(_key(i, f, "before_")))
         for g in GRADS:
             _put(l, g, ref.get(_key(i, g)))
-        l.update(a)
+        if not skips_update(l, net.quirks):
+            l.update(a)
         for f in STEP:
             arr = _array(l, f)
             if arr is not None:
