@@ -127,31 +127,28 @@ class DetectionLoader:
                         f"{len(b)} boxes, the [yolo] layer takes {aug.max_boxes} (max=): each "
                         f"time {p} is loaded, a random {aug.max_boxes} of them are kept")
 
-    def draw_image(self, rng):
-        """A random readable training image: (index, image); an unreadable one is reported
-        and another drawn, up to 100 times."""
-        for _ in range(100):
-            j = int(rng.integers(len(self.ds)))
+    def _first_readable(self, indexes):
+        """(index, image) of the first readable image among `indexes` (an iterator, consumed
+        only as far as needed); each unreadable one is reported. 100 in a row fail: an error."""
+        for j in indexes:
             path = self.ds.paths[j]
             try:
                 return j, load_image(path, c=self.channels, decoder=self.decoder)
-            except DataError as e:  # report, draw another image
+            except DataError as e:  # report, take the next candidate
                 self.ds.issues.report("unreadable-image", path, None, str(e), path)
         raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())
+
+    def draw_image(self, rng):
+        """A random readable training image: (index, image); an unreadable one is reported
+        and another drawn, up to 100 times."""
+        return self._first_readable(int(rng.integers(len(self.ds))) for _ in range(100))
 
     def load_at(self, j: int):
         """Image j of the list for a track=1 sequence: (image, boxes, track id base); an
         unreadable one is reported and the next in the list taken instead, up to 100 times
         (AlexeyAB's loader leaves the row unfilled)."""
-        for step in range(100):
-            i = (j + step) % len(self.ds)
-            path = self.ds.paths[i]
-            try:
-                im = load_image(path, c=self.channels, decoder=self.decoder)
-                return im, self.ds.boxes[i], self.track_bases[i]
-            except DataError as e:
-                self.ds.issues.report("unreadable-image", path, None, str(e), path)
-        raise DataError("100 images in a row could not be read; " + self.ds.issues.summary())
+        i, im = self._first_readable((j + step) % len(self.ds) for step in range(100))
+        return im, self.ds.boxes[i], self.track_bases[i]
 
     def load_batch(self, k: int):
         w, h = self.scales.size(k)
