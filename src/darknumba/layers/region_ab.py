@@ -62,11 +62,13 @@ class AbRegionLayer(RegionLayer):
         """parse_region: AlexeyAB's keys; anchors past num*2 values are ignored, as it does."""
         require_image_input(s, params)
         coords = s.find_int("coords", 4)
-        unreproduced = (("coords", f"AlexeyAB's [region] indexes the objectness and classes as "
-                                   f"if coords=4; coords={coords} is not reproduced")
-                        if coords != 4 else
-                        ("tree", "AlexeyAB's [region] with a class tree (YOLO9000) is not "
-                                 "reproduced") if s.has("tree") else None)
+        unreproduced = None                 # (key, what) AlexeyAB computes that is not built
+        if coords != 4:
+            unreproduced = ("coords", f"AlexeyAB's [region] indexes the objectness and classes "
+                                      f"as if coords=4; coords={coords} is not reproduced")
+        elif s.has("tree"):
+            unreproduced = ("tree", "AlexeyAB's [region] with a class tree (YOLO9000) is not "
+                                    "reproduced")
         if unreproduced and params.net.quirks.compat is not None:
             raise s.error(*unreproduced)
         if unreproduced:        # the layer as pjreddie's rewrite computes it, said once
