@@ -413,7 +413,6 @@ def test_exact_from_the_environment_and_compat(rng, tmp_path, monkeypatch):
 def test_transformed_filters_follow_the_weights(rng, tmp_path):
     """After a training step, a load_weights and an edit announced with weights_changed(), the
     Winograd output follows the new weights."""
-    from darknumba.weights import load_weights, save_weights
     cfg = small_cfg(tmp_path)
     exact, fast = nets(cfg)
     x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
@@ -422,8 +421,16 @@ def test_transformed_filters_follow_the_weights(rng, tmp_path):
     def agree():
         assert rel_diff(fast.predict(x), exact.predict(x)) < 1e-4
 
+    change_weights_three_ways(tmp_path, exact, (fast,), (fast,), x, truth, agree)
+
+
+def change_weights_three_ways(tmp_path, exact, others, told, x, truth, agree):
+    """agree() before and after each way the weights change: a training step of every
+    network, `others` loading the exact network's scaled weights from a file, and an edit in
+    place announced (weights_changed) only to the networks in `told`."""
+    from darknumba.weights import load_weights, save_weights
     agree()
-    for net in (exact, fast):
+    for net in (exact, *others):
         net.train_datum(x, truth)
     agree()
     other = tmp_path / "other.weights"
@@ -431,11 +438,13 @@ def test_transformed_filters_follow_the_weights(rng, tmp_path):
         if l.type == "convolutional":
             l.weights *= -1.5
     save_weights(exact, other)
-    load_weights(fast, other)
+    for net in others:
+        load_weights(net, other)
     agree()
-    for net in (exact, fast):
+    for net in (exact, *others):
         net.layers[0].weights[::7] = 0.25
-    fast.weights_changed()
+    for net in told:
+        net.weights_changed()
     agree()
 
 
@@ -447,7 +456,6 @@ def test_filters_made_at_each_forward_give_the_kept_ones_outputs_bit_for_bit(rng
     load_weights and an edit it follows the weights without being told (the kept ones are
     told: weights_changed)."""
     from darknumba.layers import conv_plan
-    from darknumba.weights import load_weights, save_weights
     cfg = small_cfg(tmp_path)
     exact, kept = nets(cfg)
     monkeypatch.setattr(conv_plan, "WINOGRAD_CACHE_MIN_BYTES", 0)
@@ -467,22 +475,7 @@ def test_filters_made_at_each_forward_give_the_kept_ones_outputs_bit_for_bit(rng
         assert all(l.winograd_weights is not None for l in kept.layers[:2])
         assert all(l.winograd_weights is None for l in made.layers[:4])
 
-    agree()
-    for net in (exact, kept, made):
-        net.train_datum(x, truth)
-    agree()
-    other = tmp_path / "other.weights"
-    for l in exact.layers:
-        if l.type == "convolutional":
-            l.weights *= -1.5
-    save_weights(exact, other)
-    load_weights(kept, other)
-    load_weights(made, other)
-    agree()
-    for net in (exact, kept, made):
-        net.layers[0].weights[::7] = 0.25
-    kept.weights_changed()
-    agree()
+    change_weights_three_ways(tmp_path, exact, (kept, made), (kept,), x, truth, agree)
 
 
 # -- the official yolov3-tiny and yolov4-tiny weights on the sample photos ---------------------
