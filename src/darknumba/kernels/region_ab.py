@@ -18,6 +18,7 @@ import numpy as np
 from numba import njit
 
 from .box_ab import box_iou
+from .softmax import softmax_cpu_one
 
 f32 = np.float32
 _0 = f32(0.0)
@@ -62,23 +63,6 @@ def logistic_f(v):
 
 
 @njit(cache=True)
-def softmax_f(x, start, n):
-    """blas.c softmax with temp 1, stride 1, in place on x[start:start+n]: the largest value,
-    exp (double) of each value minus it stored as float, their float sum, each divided by it."""
-    largest = f32(-3.4028234663852886e38)
-    for i in range(n):
-        if x[start + i] > largest:
-            largest = x[start + i]
-    total = _0
-    for i in range(n):
-        e = f32(math.exp(np.float64(x[start + i] - largest)))
-        total += e
-        x[start + i] = e
-    for i in range(n):
-        x[start + i] /= total
-
-
-@njit(cache=True)
 def activate_region_ab(output, batch, outputs, cells, size, classes, softmax):
     """forward_region_layer's activations on the flattened output: logistic on entry 4 of
     every cell x anchor (`cells` = wh*n), and with softmax=1 a softmax over its classes."""
@@ -87,7 +71,8 @@ def activate_region_ab(output, batch, outputs, cells, size, classes, softmax):
             index = b * outputs + k * size
             output[index + 4] = logistic_f(output[index + 4])
             if softmax:
-                softmax_f(output, index + 5, classes)
+                cls = output[index + 5:index + 5 + classes]
+                softmax_cpu_one(cls, classes, 1.0, cls)    # blas.c softmax, in place
 
 
 @njit(cache=True)
