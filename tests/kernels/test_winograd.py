@@ -354,6 +354,45 @@ def test_layer_winograd_within_1e4_of_exact(rng, tmp_path, bn):
 
 
 @pytest.mark.parametrize("bn", [0, 1])
+def test_pipelined_layers_within_1e4_of_exact_whatever_the_threads(rng, tmp_path, monkeypatch, bn):
+    """The pipelined inference pass (conv_winograd._pipelined: each chunk of tile rows
+    transformed, multiplied and transformed back by one thread), taken here by both Winograd
+    layers: within 1e-4 of the exact path and 1e-6 of the three-phase pass, and the same
+    floats on helper threads as on this thread alone, at batch 2 as for each image alone."""
+    import darknumba.layers.conv_winograd as cw
+    x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
+    exact, phased = nets(small_cfg(tmp_path, bn))
+    want, three_phase = exact.predict(x).copy(), phased.predict(x).copy()
+    calls = []
+    real = cw._pipelined
+    monkeypatch.setattr(cw, "_pipelined", lambda *a: calls.append(a[-4]) or real(*a))
+    monkeypatch.setattr(cw, "PIPELINE_MIN_TILES", 0)
+    fast = nets(small_cfg(tmp_path, bn))[1]
+    got = fast.predict(x).copy()
+    assert calls == [2, 2]                      # layers 0 and 1, each at batch 2
+    assert rel_diff(got, want) < 1e-4
+    assert rel_diff(got, three_phase) < 1e-6
+    alone = [l.output.copy() for l in fast.layers[:2]]
+    monkeypatch.setattr(cw, "_HELPERS", ())     # no helper threads: every chunk on this one
+    assert cw._helpers() is None
+    fast.predict(x)
+    for i, l in enumerate(fast.layers[:2]):
+        np.testing.assert_array_equal(l.output, alone[i], err_msg=f"layer {i}")
+    one = nets(small_cfg(tmp_path, bn))[1]
+    for slot in (0, 1):
+        one.predict(np.repeat(x[slot:slot + 1], 2, axis=0))
+        np.testing.assert_array_equal(one.layers[1].output.reshape(2, -1)[0],
+                                      alone[1].reshape(2, -1)[slot])
+
+
+def test_pipelined_only_where_the_filters_are_no_larger_than_the_tiles():
+    from darknumba.layers.conv_winograd import PIPELINE_MIN_TILES, pipelined
+    assert pipelined(676, 64) and pipelined(169, 128)        # yolov3-tiny's 104x104, 52x52
+    assert not pipelined(49, 256) and not pipelined(49, 1024)  # its 26x26 and 13x13
+    assert not pipelined(PIPELINE_MIN_TILES - 1, 1)
+
+
+@pytest.mark.parametrize("bn", [0, 1])
 def test_training_winograd_within_1e4_of_exact(rng, tmp_path, bn):
     """Train mode: the eligible layers' forward and input gradient through Winograd, their
     weight gradient exact; outputs, deltas and weight_updates within 1e-4 of the exact path's
