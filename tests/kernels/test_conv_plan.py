@@ -176,17 +176,22 @@ def test_winograd_filters_kept_smallest_first_within_the_budget(monkeypatch):
 def test_networks_keep_the_planned_filters(name, kept_all):
     """The network marks the layers winograd_cached names (winograd_keep) at the build and
     again after a resize; the tiny networks keep every layer's, yolov4 at 608 only what fits
-    in the budget (1.25 x its weights' bytes), the smallest first (its 512 -> 1024 layers' not)."""
+    in the budget (1.25 x its weights' bytes), the smallest first (its 512 -> 1024 layers' not);
+    the layers it does not keep take im2col + GEMM at inference (Winograd in training)."""
     import darknumba as dn
     net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
     for size in (None, 416):
         if size:
             net.resize(size, size)
         wino = {i for i, l in enumerate(net.layers) if l.type == "convolutional"
-                and plan(l, False) in (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2)}
+                and conv_plan.use_winograd(l, False) and not conv_plan.direct_thin(l)}
         kept = {i for i, l in enumerate(net.layers) if l.type == "convolutional"
                 and l.winograd_keep}
         assert kept & wino == conv_plan.winograd_cached(net.layers)
+        for i in wino:
+            l = net.layers[i]
+            assert (plan(l, False) in (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2)) == (i in kept)
+            assert plan(l, True) == ConvPath.WINOGRAD4X4 or not conv_plan.use_winograd(l, True)
         assert (kept >= wino) == kept_all
         nbytes = {i: conv_plan.winograd_filter_bytes(net.layers[i]) for i in wino}
         assert sum(nbytes[i] for i in kept & wino) <= conv_plan.winograd_cache_budget(net.layers)

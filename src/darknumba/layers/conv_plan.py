@@ -23,7 +23,7 @@ The rules, in the order plan applies them:
   4. IM2COL: everything else, im2col + GEMM (one GEMM per image, or in training per chunk of
      images on small maps: batched).
 And for the network as a whole, which Winograd layers keep their transformed filters between
-inference forwards (winograd_cached: a budget, the others transform them at each forward).
+inference forwards (winograd_cached: a budget; at inference the others take im2col + GEMM).
 """
 from __future__ import annotations
 
@@ -116,20 +116,18 @@ BATCH_GEMM_MAX_N = 2048
 # kept on every Winograd layer they took yolov4 at 608 from 1040 MiB resident (exact path) to
 # 1742 (at 1eb2444; AlexeyAB's CPU build: 1416). So the network keeps them only within a budget, the
 # larger of WINOGRAD_CACHE_MIN_BYTES and WINOGRAD_CACHE_OF_WEIGHTS times its weights' bytes,
-# filled smallest first; the other layers transform their filters at each forward into the
-# scratch arena that the im2col workspace already holds (transform_filters, as training does),
-# which at 608 is larger than the largest transient set (yolov4's 512 -> 1024: 77 MiB of 102).
-# The transform costs about the same per byte on every layer (0.15 ms per MiB of filters from
-# 2 MiB on, 0.19 for F(2x2)'s, 0.3-0.6 below 1 MiB; 2 threads, 2026-12-03), so smallest first
-# keeps the most layers as they were and leaves the arena the big ones.
-# yolov3-tiny (67 MiB of filters) and yolov4-tiny (55) keep all. What the budget costs is
-# linear in the MiB made per forward (bench/winograd_cache.py, idle 2-core EPYC, 2026-12-03,
-# medians of 5-7): at 1.25 times the weights, yolov4 at 608 keeps 303 of its 699 MiB, resident
-# 1346 MiB instead of 1742 (AlexeyAB 1416), 1476 ms per forward instead of 1400 (1.05x; exact
-# 1653); yolov3 at 416 keeps 282 of 474, 337 ms instead of 299 (1.13x; at 0.5 times 368 ms,
-# 1.23x; exact 433). 1.25 keeps yolov4's peak under AlexeyAB's with room and loses yolov3 at
-# 416 half what 0.5 did. DARKNUMBA_WINOGRAD_KEEP_MIB sets the budget instead (0: keep none; a
-# large value keeps all)
+# filled smallest first (the most layers for the bytes); at inference the other layers take
+# im2col + GEMM (plan). Until 2026-12-04 they transformed their filters at each forward into
+# the scratch arena instead (0.15-0.19 ms per MiB of filters): on a 2-core Xeon (AVX-512)
+# yolov3's 512 -> 1024 layers at 608 took 21-25 ms so against 13.3 on im2col (12 keeping
+# them), and yolov3 at 416 310 ms per forward against 266 keeping all and 295 exact; taking
+# im2col there instead, 269 (bench/winograd_cache.py, 2026-12-04; on the 2-core EPYC at
+# 2026-12-03 the old way cost 337 ms against 299). yolov3-tiny (67 MiB of filters) and
+# yolov4-tiny (55) keep all. At 1.25 times the weights, yolov4 at 608 keeps 303 of its 699
+# MiB: resident 1392 MiB instead of 1788 keeping all (exact 1085; AlexeyAB's build 1416 on the
+# EPYC) and as fast (975 ms per forward against 991; Xeon, 2026-12-04).
+# DARKNUMBA_WINOGRAD_KEEP_MIB sets the budget instead (0: no Winograd at inference; a large
+# value keeps all)
 WINOGRAD_CACHE_MIN_BYTES = 96 << 20
 WINOGRAD_CACHE_OF_WEIGHTS = 1.25
 
@@ -148,7 +146,9 @@ def plan(l, training: bool, exact: bool = False) -> ConvPath:
         return ConvPath.XNOR
     if direct_thin(l):
         return ConvPath.DIRECT
-    if use_winograd(l, training, exact):
+    # at inference a layer whose transformed filters the network does not keep (winograd_cached)
+    # takes im2col + GEMM
+    if use_winograd(l, training, exact) and (training or getattr(l, "winograd_keep", True)):
         return ConvPath.WINOGRAD2X2 if winograd_tile(l, training) == 2 else ConvPath.WINOGRAD4X4
     return ConvPath.ONE_BY_ONE if direct_1x1(l) else ConvPath.IM2COL
 
@@ -227,11 +227,12 @@ def winograd_cached(layers) -> set:
     """The indices of the layers whose transformed filters are kept from one inference forward
     to the next: of the layers that take Winograd at inference (plan, not exact), the
     smallest filters first (ties in layer order) while their sum stays within
-    winograd_cache_budget; the others transform theirs at each forward. The same whether the
+    winograd_cache_budget; at inference the others take im2col + GEMM (plan). The same whether the
     network runs exact or not (an exact network transforms none)."""
     eligible = [(winograd_filter_bytes(l), i) for i, l in enumerate(layers)
                 if hasattr(l, "winograd_keep")        # the convolutions
-                and plan(l, False) in (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2)]
+                and not getattr(l, "bits_wanted", False) and not direct_thin(l)
+                and use_winograd(l, False)]
     budget, total, kept = winograd_cache_budget(layers), 0, set()
     for nbytes, i in sorted(eligible):
         if total + nbytes > budget:

@@ -14,9 +14,10 @@ At inference the transformed filters (36 x c x n, four times the weights) of the
 network keeps within its budget (conv_plan.winograd_cached: winograd_keep) are made at the
 first forward that needs them and kept; whatever changes the weights in place calls
 `weights_changed()` on the layer or the network (update, load_weights, random_init and a
-train-mode forward do). The other layers', and in training every layer's (and the rotated
-ones of the input gradient), are made at each pass into the network's scratch arena, the
-shared workspace: the same transform, the same values, held one layer at a time.
+train-mode forward do); the layers outside the budget take im2col + GEMM at inference
+(conv_plan.plan). In training every layer's (and the rotated ones of the input gradient) are
+made at each pass into the network's scratch arena, the shared workspace: the same transform,
+the same values, held one layer at a time.
 
 The transforms run on numba's number of threads as Python threads calling GIL-free serial
 kernels over ranges of tile rows, not as numba prange kernels, whose parfor passes
@@ -61,9 +62,9 @@ PIPELINE_CHUNKS = 8
 
 def transformed_weights(l, m=4, net=None) -> np.ndarray:
     """U = G g G^T for every channel and filter ((m + 2)^2 x c x n; G of F(m x m, 3x3)), made
-    once and kept on the layer (transform_filters). In training (`net` training) and for a
-    layer the network does not keep them for (winograd_keep, conv_plan.winograd_cached) it is
-    made at each forward into the network's scratch instead: the weights change every update,
+    once and kept on the layer (transform_filters). In training (`net` training) it is made
+    at each forward into the network's scratch instead (at inference a layer the network does
+    not keep them for, winograd_keep, takes im2col: conv_plan.plan): the weights change every update,
     and kept on every layer, with the input gradient's, they held 8x the Winograd layers'
     weights (yolov3's training peak 1.3 GB above the exact path's); at inference kept on
     every layer, 4x (yolov4's resident memory 1742 MiB at 608 instead of 1040 exact)."""
