@@ -36,6 +36,15 @@ def rng(request):
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
 
 
+@pytest.fixture(autouse=True)
+def avx2_plan(monkeypatch):
+    """The convolution planner's rules as on a CPU without AVX-512 (conv_plan.wide_vectors
+    False), so that the paths the tests expect (13x13 maps on F(2x2) Winograd) do not depend
+    on the machine; tests of the AVX-512 rule set it themselves."""
+    from darknumba.layers import conv_plan
+    monkeypatch.setattr(conv_plan, "_WIDE_VECTORS", False)
+
+
 def golden_dir(name: str) -> Path:
     d = GOLDEN / name
     assert d.is_dir(), f"recorded C darknet fixture {d} is missing from the tree"

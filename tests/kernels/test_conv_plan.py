@@ -91,6 +91,27 @@ def test_official_paths_as_recorded(name, infer, train):
     assert short(net) == train
 
 
+@pytest.mark.parametrize("name,infer", [
+    ("yolov3-tiny", "0:D 2:D 4:W4 6:W4 8:W4 10:I 12:I 14:I 21:W4"),
+    ("yolov4-tiny", "0:I 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:I 28:I 35:W4")])
+def test_avx512_leaves_the_small_maps_to_im2col(monkeypatch, name, infer):
+    """With AVX-512 (conv_plan.wide_vectors) inference takes no Winograd below
+    WIDE_VECTORS_MIN_TILES tiles (the 13x13 maps: im2col instead of F(2x2)); the larger maps,
+    and training, as without it."""
+    import darknumba as dn
+    monkeypatch.setattr(conv_plan, "_WIDE_VECTORS", True)
+    assert conv_plan.wide_vectors()
+    net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
+    assert short(net) == infer
+    assert plan(conv(13, 256, 512), False) is ConvPath.IM2COL
+    assert plan(conv(19, 256, 512), False) is ConvPath.WINOGRAD4X4
+    assert plan(conv(26, 256, 512), True) is ConvPath.WINOGRAD4X4
+    # what the host says, read once (the suite pins it off: tests/conftest.py avx2_plan)
+    monkeypatch.setattr(conv_plan, "_WIDE_VECTORS", None)
+    from llvmlite import binding
+    assert conv_plan.wide_vectors() == bool(binding.get_host_cpu_features().get("avx512f"))
+
+
 def test_thresholds_at_their_edges():
     # a 13x13 map (16 4x4 tiles < WINOGRAD_F2_BELOW) takes F(2x2) at inference; in training
     # it has too few tiles (TRAIN_MIN_TILES) and runs im2col; 19x19 (25 tiles) takes F(4x4)

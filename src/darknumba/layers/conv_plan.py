@@ -99,6 +99,12 @@ TRAIN_MIN_TILES = 49
 # yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
 # 1.07-1.11x, from 26x26 on 1.05-1.12x
 WINOGRAD_F2_BELOW = 25
+# ... but on CPUs with AVX-512 (wide_vectors), whose GEMMs run twice as many multiply-adds a
+# cycle while the transforms stay bound by memory, those small maps take im2col + GEMM: on a
+# 2-core Xeon (2026-12-04, 2 threads, medians of 40) F(2x2) took 1.08-1.2x im2col's time on
+# yolov3-tiny's and yolov4-tiny's 13x13 layers, the whole yolov3-tiny forward 0.97x without
+# it (4 interleaved runs), yolov4-tiny 0.99x (on the EPYC, AVX2, F(2x2) took 0.81-0.93x)
+WIDE_VECTORS_MIN_TILES = WINOGRAD_F2_BELOW
 
 # -- one GEMM per image or per chunk of images -------------------------------------------------
 # maps of fewer output pixels than this batch their images into one GEMM (a longer N runs
@@ -134,7 +140,8 @@ WINOGRAD_CACHE_OF_WEIGHTS = 1.25
 # the names above: tests/kernels/test_conv_plan.py checks that no other module defines them
 THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "WINOGRAD_MIN_TILES",
               "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS", "TRAIN_MIN_BFLOPS",
-              "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "BATCH_GEMM_MAX_N",
+              "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "WIDE_VECTORS_MIN_TILES",
+              "BATCH_GEMM_MAX_N",
               "WINOGRAD_CACHE_MIN_BYTES", "WINOGRAD_CACHE_OF_WEIGHTS")
 
 
@@ -174,16 +181,33 @@ def direct_1x1(l) -> bool:
 
 def winograd_eligible(l, train=False) -> bool:
     """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own, not xnor) large
-    enough to pay: at inference WINOGRAD_MIN_TILES, WINOGRAD_MIN_C, WINOGRAD_MIN_CN and
-    WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C, TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
+    enough to pay: at inference WINOGRAD_MIN_TILES (WIDE_VECTORS_MIN_TILES with AVX-512),
+    WINOGRAD_MIN_C, WINOGRAD_MIN_CN and WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C, TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
     if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
             or l.share_layer is not None or l.c < WINOGRAD_MIN_C or getattr(l, "xnor", False):
         return False
     th, tw = tiles_of(l.out_h, l.out_w)
     if train:
         return l.bflops >= TRAIN_MIN_BFLOPS and th * tw >= TRAIN_MIN_TILES
+    min_tiles = WIDE_VECTORS_MIN_TILES if wide_vectors() else WINOGRAD_MIN_TILES
     return (l.c * l.n >= WINOGRAD_MIN_CN * (l.c + l.n) and l.bflops >= WINOGRAD_MIN_BFLOPS
-            and th * tw >= WINOGRAD_MIN_TILES)
+            and th * tw >= min_tiles)
+
+
+def wide_vectors() -> bool:
+    """Whether this CPU has AVX-512 (LLVM's reading of the host, as numba compiles for it):
+    there inference leaves the small maps to im2col (WIDE_VECTORS_MIN_TILES). Read once."""
+    global _WIDE_VECTORS
+    if _WIDE_VECTORS is None:
+        try:
+            from llvmlite import binding
+            _WIDE_VECTORS = bool(binding.get_host_cpu_features().get("avx512f", False))
+        except Exception:        # noqa: BLE001 -- any failure to read the host: the AVX2 rules
+            _WIDE_VECTORS = False
+    return _WIDE_VECTORS
+
+
+_WIDE_VECTORS = None
 
 
 def use_winograd(l, training: bool, exact: bool = False) -> bool:
