@@ -28,6 +28,7 @@ chunk of tile rows, each chunk on one thread from start to end (_pipelined): one
 the helper threads per layer.
 """
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 
 import numba
 import numpy as np
@@ -193,43 +194,43 @@ def _pipelined(x, c, h, w, pad, th, tw, U, V, M, out, out_h, out_w, batch, accum
     shape only, not on the thread count or the image's slot in the batch, so neither changes
     an output (each GEMM's operands are the same either way)."""
     n, rows = U.shape[2], -(-th // PIPELINE_CHUNKS)
-    chunks = iter([(b * th + r, b * th + min(th, r + rows))
-                   for b in range(batch) for r in range(0, th, rows)])
+
+    def chunk(r0, r1):
+        input_kernel(x, c, h, w, pad, th, tw, V, r0, r1)
+        t0, t1 = r0 * tw, r1 * tw
+        np.matmul(V[t0:t1].transpose(1, 0, 2), U, out=M[t0:t1].transpose(1, 0, 2))
+        output_kernel(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate)
+    ranges = [(b * th + r, b * th + min(th, r + rows)) for b in range(batch)
+              for r in range(0, th, rows)]
+    with blas_single_threaded() if _helpers() else nullcontext():
+        on_helpers(chunk, ranges)
+
+
+def on_threads(work, n):
+    """work(i0, i1) over [0, n) in TASKS_PER_THREAD ranges per thread (on_helpers); the ranges
+    are disjoint, so each range's writes are its own."""
+    helpers = _helpers()
+    if helpers is None or n < 2:
+        work(0, n)
+        return
+    step = -(-n // min(n, (helpers[1] + 1) * TASKS_PER_THREAD))
+    on_helpers(work, [(i, min(n, i + step)) for i in range(0, n, step)])
+
+
+def on_helpers(work, ranges):
+    """work(a, b) for each (a, b) of `ranges`, taken by this thread and the helper threads
+    from one shared iterator (a helper that does not get a core leaves its ranges to the
+    others); on this thread alone without helpers."""
+    tasks = iter(ranges)
 
     def run():
-        for r0, r1 in chunks:
-            input_kernel(x, c, h, w, pad, th, tw, V, r0, r1)
-            t0, t1 = r0 * tw, r1 * tw
-            np.matmul(V[t0:t1].transpose(1, 0, 2), U, out=M[t0:t1].transpose(1, 0, 2))
-            output_kernel(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate)
+        for a, b in tasks:
+            work(a, b)
     helpers = _helpers()
     if helpers is None:
         run()
         return
     pool, n_helpers = helpers
-    with blas_single_threaded():
-        started = [pool.submit(run) for _ in range(n_helpers)]
-        run()
-        for f in started:
-            if not f.cancel():
-                f.result()
-
-
-def on_threads(work, n):
-    """work(i0, i1) over [0, n) in TASKS_PER_THREAD ranges per thread, taken by this thread and
-    the helper threads from one shared iterator (a helper that does not get a core leaves its
-    ranges to the others); the ranges are disjoint, so each range's writes are its own."""
-    helpers = _helpers()
-    if helpers is None or n < 2:
-        work(0, n)
-        return
-    pool, n_helpers = helpers
-    step = -(-n // min(n, (n_helpers + 1) * TASKS_PER_THREAD))
-    tasks = iter(range(0, n, step))
-
-    def run():
-        for i in tasks:
-            work(i, min(n, i + step))
     started = [pool.submit(run) for _ in range(n_helpers)]
     run()
     for f in started:
