@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -261,3 +262,22 @@ def test_layer_peers_maps_onnxruntimes_nodes_to_every_layer():
     assert abs(float(total[5]) - dn_ms) <= 0.01 + 1e-3 * dn_ms, out
     assert re.search(r"whole forward, median: darknumba [\d.]+ ms wall, [\d.]+ ms CPU; "
                      r"onnxruntime [\d.]+ \(profiling on\) [\d.]+ ms wall", out), out
+
+
+@pytest.mark.slow
+def test_winograd_error_prints_a_bounded_error_per_network_and_rule(tmp_path):
+    """bench/winograd_error.py: a row per rule and network, each naming a Winograd path, the
+    error within the 1e-3 of the head's scale that the detection tests allow, and the AVX-512
+    rows without F(2x2)."""
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    Image.fromarray(rng.integers(0, 256, (60, 80, 3), np.uint8)).save(tmp_path / "a.jpg")
+    out = run("winograd_error.py", "--photos", tmp_path, "--size", "256", timeout=600)
+    assert_header(out)
+    rows = re.findall(r"^(avx2|avx512)\s+(\S+)\s+largest .*: ([\d.e+-]+)\s+\(paths: (.*)\)$", out,
+                      re.M)
+    assert [(r[0], r[1]) for r in rows] == [(rule, net) for rule in ("avx2", "avx512")
+                                            for net in ("yolov3-tiny", "yolov4-tiny", "yolov3")]
+    for rule, net, err, paths in rows:
+        assert float(err) < 1e-3 and "winograd4x4" in paths, (rule, net, err)
+        assert rule == "avx2" or "winograd2x2" not in paths
