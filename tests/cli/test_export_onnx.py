@@ -17,6 +17,7 @@ from darknumba.export import ExportError
 from darknumba.export.onnx import build_onnx, export_onnx, run_onnxruntime
 
 from conftest import ROOT, tiny_weights, v4tiny_weights
+from tiny_nets import cfg_text, conv, section
 
 TOL = 1e-4
 
@@ -180,19 +181,8 @@ def test_layer_zoo_both_dialects(tmp_path, dialect, fuse):
     assert d[f"layer_{net.n - 1}"] < TOL
 
 
-ONE_CONV = """[net]
-batch=1
-width=12
-height=10
-channels=3
-[convolutional]
-batch_normalize=1
-filters=10
-size=3
-stride=1
-pad=1
-activation=linear
-"""
+ONE_CONV = cfg_text(dict(batch=1, width=12, height=10, channels=3),
+                    conv(10, activation="linear"))
 
 
 @pytest.mark.parametrize("dialect", ["pjreddie", "alexeyab"])
@@ -206,33 +196,11 @@ def test_batchnorm_normaliser_of_each_dialect(tmp_path, dialect):
         assert d < TOL * np.abs(net.layers[0].output).max(), (fuse, d)
 
 
-CLASSIFIER = """[net]
-batch=3
-width=16
-height=16
-channels=3
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-[avgpool]
-[dropout]
-probability=.5
-[connected]
-output=10
-batch_normalize=1
-activation=logistic
-[connected]
-output=6
-activation=linear
-[softmax]
-groups=2
-temperature=2
-[cost]
-"""
+CLASSIFIER = cfg_text(dict(batch=3, width=16, height=16, channels=3), conv(8, stride=2),
+                      section("avgpool"), section("dropout", probability=".5"),
+                      section("connected", output=10, batch_normalize=1, activation="logistic"),
+                      section("connected", output=6, activation="linear"),
+                      section("softmax", groups=2, temperature=2), section("cost"))
 
 
 def test_classifier_layers(tmp_path):

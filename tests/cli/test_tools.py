@@ -10,6 +10,7 @@ from darknumba.export.fold import fold_batchnorm, folded_cfg_text
 from darknumba.export.tools import average_weights, numops, rescale_weights, reset_batchnorm, speed
 
 from conftest import ROOT, tiny_weights
+from tiny_nets import cfg_text, conv, maxpool, section
 
 NET = """[net]
 batch=2
@@ -167,31 +168,17 @@ def test_average_is_the_float32_mean(tmp_path):
             assert np.array_equal(got, want), (i, name)
 
 
-RESCALE = """[net]
-batch=1
-width=9
-height=7
-channels=3
-[convolutional]
-{bn}
-filters=5
-size=1
-stride=1
-activation=leaky
-[convolutional]
-filters=4
-size=3
-stride=1
-pad=1
-activation=linear
-"""
+def rescale_cfg(bn: bool, channels: int = 3) -> str:
+    """A 1x1 first convolution (no zero padding) with or without batch norm, then a 3x3."""
+    return cfg_text(dict(batch=1, width=9, height=7, channels=channels),
+                    conv(5, size=1, bn=bn), conv(4, bn=False, activation="linear"))
 
 
-@pytest.mark.parametrize("bn", ["", "batch_normalize=1"])
+@pytest.mark.parametrize("bn", [False, True])
 def test_rescale_takes_unit_images(tmp_path, bn):
     """After rescale, the network on x' in [0, 1] computes what it computed on 2 x' - 1 (a 1x1
     first layer has no zero padding, where the two differ)."""
-    net = random_net(tmp_path / "a.cfg", "pjreddie", text=RESCALE.format(bn=bn))
+    net = random_net(tmp_path / "a.cfg", "pjreddie", text=rescale_cfg(bn))
     x = images(net)
     ref = net.predict(2 * x - 1)
     assert rescale_weights(net) == 0
@@ -200,35 +187,15 @@ def test_rescale_takes_unit_images(tmp_path, bn):
 
 
 def test_rescale_leaves_a_first_layer_without_3_channels(tmp_path):
-    net = random_net(tmp_path / "a.cfg", "pjreddie", text=RESCALE.format(bn="").replace(
-        "channels=3", "channels=2"))
+    net = random_net(tmp_path / "a.cfg", "pjreddie", text=rescale_cfg(False, channels=2))
     before = net.layers[0].weights.copy()
     assert rescale_weights(net) == 0
     assert np.array_equal(before, net.layers[0].weights)
 
 
-OPS = """[net]
-batch=1
-width=16
-height=16
-channels=4
-[convolutional]
-filters=8
-size=3
-stride=1
-pad=1
-groups=2
-activation=leaky
-[maxpool]
-size=2
-stride=2
-[connected]
-output=10
-activation=linear
-[rnn]
-output=6
-activation=leaky
-"""
+OPS = cfg_text(dict(batch=1, width=16, height=16, channels=4), conv(8, bn=False, groups=2),
+               maxpool(), section("connected", output=10, activation="linear"),
+               section("rnn", output=6, activation="leaky"))
 
 
 def test_ops_counts_as_darknet(tmp_path):
