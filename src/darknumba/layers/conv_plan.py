@@ -53,6 +53,10 @@ class ConvPath(str, enum.Enum):
         return format(self.value, spec)
 
 
+# the two Winograd paths (their forward and training backward share conv_winograd.py)
+WINOGRAD_PATHS = (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2)
+
+
 # -- direct vs im2col --------------------------------------------------------------------------
 # stride-1 convolutions with at most this many inputs per output (c*size*size) run as a direct
 # convolution (kernels/direct.py) rather than im2col + GEMM: measured here, the direct kernel
@@ -141,21 +145,28 @@ WINOGRAD_CACHE_OF_WEIGHTS = 1.25
 THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "WINOGRAD_MIN_TILES",
               "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS", "TRAIN_MIN_BFLOPS",
               "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "WIDE_VECTORS_MIN_TILES",
-              "BATCH_GEMM_MAX_N",
-              "WINOGRAD_CACHE_MIN_BYTES", "WINOGRAD_CACHE_OF_WEIGHTS")
+              "BATCH_GEMM_MAX_N", "WINOGRAD_CACHE_MIN_BYTES", "WINOGRAD_CACHE_OF_WEIGHTS")
 
 
 def plan(l, training: bool, exact: bool = False) -> ConvPath:
     """The path of convolution `l`'s forward (and backward) in training or at inference;
     `exact`: the network keeps Darknet's im2col + GEMM wherever it has no exact alternative
     (no Winograd; load_network(..., exact=True))."""
+    path = _rules(l, training, exact)
+    # at inference a Winograd layer whose transformed filters the network does not keep
+    # (winograd_cached) takes im2col + GEMM (a 3x3 convolution: never the 1x1 path)
+    if path in WINOGRAD_PATHS and not training and not getattr(l, "winograd_keep", True):
+        return ConvPath.IM2COL
+    return path
+
+
+def _rules(l, training: bool, exact: bool) -> ConvPath:
+    """plan's rules 0-4 for layer l, before the network's filter budget."""
     if getattr(l, "bits_wanted", False) and not training:
         return ConvPath.XNOR
     if direct_thin(l):
         return ConvPath.DIRECT
-    # at inference a layer whose transformed filters the network does not keep (winograd_cached)
-    # takes im2col + GEMM
-    if use_winograd(l, training, exact) and (training or getattr(l, "winograd_keep", True)):
+    if use_winograd(l, training, exact):
         return ConvPath.WINOGRAD2X2 if winograd_tile(l, training) == 2 else ConvPath.WINOGRAD4X4
     return ConvPath.ONE_BY_ONE if direct_1x1(l) else ConvPath.IM2COL
 
@@ -182,7 +193,8 @@ def direct_1x1(l) -> bool:
 def winograd_eligible(l, train=False) -> bool:
     """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own, not xnor) large
     enough to pay: at inference WINOGRAD_MIN_TILES (WIDE_VECTORS_MIN_TILES with AVX-512),
-    WINOGRAD_MIN_C, WINOGRAD_MIN_CN and WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C, TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
+    WINOGRAD_MIN_C, WINOGRAD_MIN_CN and WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C,
+    TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
     if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
             or l.share_layer is not None or l.c < WINOGRAD_MIN_C or getattr(l, "xnor", False):
         return False
@@ -251,12 +263,11 @@ def winograd_cached(layers) -> set:
     """The indices of the layers whose transformed filters are kept from one inference forward
     to the next: of the layers that take Winograd at inference (plan, not exact), the
     smallest filters first (ties in layer order) while their sum stays within
-    winograd_cache_budget; at inference the others take im2col + GEMM (plan). The same whether the
-    network runs exact or not (an exact network transforms none)."""
+    winograd_cache_budget; at inference the others take im2col + GEMM (plan). The same
+    whether the network runs exact or not (an exact network transforms none)."""
     eligible = [(winograd_filter_bytes(l), i) for i, l in enumerate(layers)
                 if hasattr(l, "winograd_keep")        # the convolutions
-                and not getattr(l, "bits_wanted", False) and not direct_thin(l)
-                and use_winograd(l, False)]
+                and _rules(l, False, False) in WINOGRAD_PATHS]
     budget, total, kept = winograd_cache_budget(layers), 0, set()
     for nbytes, i in sorted(eligible):
         if total + nbytes > budget:

@@ -64,24 +64,19 @@ PIPELINE_CHUNKS = 8
 def transformed_weights(l, m=4, net=None) -> np.ndarray:
     """U = G g G^T for every channel and filter ((m + 2)^2 x c x n; G of F(m x m, 3x3)), made
     once and kept on the layer (transform_filters). In training (`net` training) it is made
-    at each forward into the network's scratch instead (at inference a layer the network does
-    not keep them for, winograd_keep, takes im2col: conv_plan.plan): the weights change every update,
+    at each forward into the network's scratch instead (at inference a layer the network
+    does not keep them for, winograd_keep, takes im2col: conv_plan.plan): the weights change
+    every update,
     and kept on every layer, with the input gradient's, they held 8x the Winograd layers'
     weights (yolov3's training peak 1.3 GB above the exact path's); at inference kept on
     every layer, 4x (yolov4's resident memory 1742 MiB at 608 instead of 1040 exact)."""
-    if net is not None and made_each_pass(l, net):
+    if net is not None and net.train:
         return transform_filters(l, VARIANTS[m][0], out=_scratch_U(l, net, (m + 2) ** 2))
     U = getattr(l, "winograd_weights", None)
     if U is None or U.shape[0] != (m + 2) ** 2:
         U = transform_filters(l, VARIANTS[m][0])
         l.winograd_weights = U
     return U
-
-
-def made_each_pass(l, net) -> bool:
-    """Whether layer l's transformed filters are made at each pass into the scratch arena
-    (training, or a layer the network does not keep them for) rather than kept on it."""
-    return net.train or not getattr(l, "winograd_keep", True)
 
 
 def transformed_flipped_weights(l, net) -> np.ndarray:
@@ -127,7 +122,7 @@ def forward_winograd(l, net):
     """l.output = conv(net.input) through F(4x4, 3x3) (at inference on small maps F(2x2, 3x3),
     winograd_tile), before the biases or batch norm."""
     m = winograd_tile(l, net.train)
-    if made_each_pass(l, net):
+    if net.train:                       # the filters made into the arena: grow it first
         _grow_arena(net, l, m, l.c, l.n, l.out_h, l.out_w)
     U = transformed_weights(l, m, net)
     _winograd_conv(net, net.input, l.batch, l.c, l.h, l.w, l.pad, U, l.output, l.out_h, l.out_w,

@@ -30,7 +30,7 @@ from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scra
 from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
-from .conv_plan import ConvPath, batched, direct_1x1, direct_thin, plan
+from .conv_plan import WINOGRAD_PATHS, ConvPath, batched, direct_1x1, direct_thin, plan
 from .conv_winograd import backward_input_winograd, forward_winograd
 from .xnor import forward as forward_xnor
 from .xnor import read_xnor_keys, setup as setup_xnor, resize as resize_xnor
@@ -179,7 +179,7 @@ class ConvolutionalLayer(Layer):
         if path is ConvPath.DIRECT:
             self._forward_direct(net)
             return
-        if path in (ConvPath.WINOGRAD4X4, ConvPath.WINOGRAD2X2):
+        if path in WINOGRAD_PATHS:
             forward_winograd(self, net)
         elif self.batch > 1 and self._batched(n) and net.train:
             self._forward_gemms_batched(net, m, k, n)
@@ -279,8 +279,7 @@ class ConvolutionalLayer(Layer):
             self._backward_direct(net)
             return
         # the input gradient of a Winograd layer is a Winograd convolution too (conv_winograd.py)
-        winograd_dx = net.delta is not None and path in (ConvPath.WINOGRAD4X4,
-                                                          ConvPath.WINOGRAD2X2)
+        winograd_dx = net.delta is not None and path in WINOGRAD_PATHS
         if self._batched(n):
             self._backward_gemms_batched(net, m, k, n, not winograd_dx)
         else:
