@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import typer
-from conftest import ROOT
+from conftest import ROOT, official_weights
 
 from darknumba.cli import app, run
 
@@ -94,6 +94,8 @@ def test_a_bad_file_is_one_line(path, kind, tmp_path, capsys, monkeypatch):
     if kind == "directory":
         bad.mkdir()
     monkeypatch.chdir(tmp_path)
+    if str(WEIGHTS) in template:    # the real weights before the bad file: fetched if missing
+        official_weights("yolov3-tiny", WEIGHTS)
     code, out, err = _run(capsys, [*path, *(a.format(bad=bad, tmp=tmp_path) for a in template)])
     assert code in (1, 2), (code, out, err)
     line = _one_error_line(err)
@@ -127,6 +129,8 @@ ZERO = [  # (argv, the option named): the count first, so that it is read before
 @pytest.mark.parametrize("argv, option", ZERO, ids=[" ".join(a[:3]) for a, _ in ZERO])
 def test_a_count_of_zero_is_a_usage_error(argv, option, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
+    if str(WEIGHTS) in argv:        # partial checks its files before the count: fetched if missing
+        official_weights("yolov3-tiny", WEIGHTS)
     code, out, err = _run(capsys, argv)
     line = _one_error_line(err)
     assert code == 2 and option in line, (code, err)
