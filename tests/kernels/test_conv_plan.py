@@ -41,8 +41,8 @@ def test_every_path_names_its_kernels():
 
 
 def test_paths_are_the_names_bench_prints():
-    assert [p.value for p in ConvPath] == ["direct", "winograd4x4", "winograd2x2", "1x1",
-                                            "im2col", "xnorbits"]
+    assert [p.value for p in ConvPath] == ["direct", "direct-s2", "winograd4x4", "winograd2x2",
+                                            "1x1", "im2col", "xnorbits"]
     assert ConvPath.ONE_BY_ONE == "1x1" and f"{ConvPath.IM2COL:<8}|" == "im2col  |"
     assert str(ConvPath.WINOGRAD2X2) == "winograd2x2" and ConvPath("direct") is ConvPath.DIRECT
 
@@ -70,7 +70,7 @@ def test_forward_path_is_the_plan_in_every_mode(name, sizes):
 
 
 def short(net):
-    ab = {ConvPath.DIRECT: "D", ConvPath.WINOGRAD4X4: "W4", ConvPath.WINOGRAD2X2: "W2",
+    ab = {ConvPath.DIRECT: "D", ConvPath.DIRECT_S2: "D2", ConvPath.WINOGRAD4X4: "W4", ConvPath.WINOGRAD2X2: "W2",
           ConvPath.IM2COL: "I"}
     return " ".join(f"{i}:{ab[l.forward_path(net)]}" for i, l in enumerate(net.layers)
                     if l.type == "convolutional" and l.forward_path(net) != ConvPath.ONE_BY_ONE)
@@ -79,11 +79,12 @@ def short(net):
 @pytest.mark.parametrize("name,infer,train", [
     ("yolov3-tiny", "0:D 2:D 4:W4 6:W4 8:W4 10:W2 12:W2 14:W2 21:W4",
      "0:D 2:D 4:I 6:I 8:I 10:I 12:I 14:I 21:W4"),
-    ("yolov4-tiny", "0:I 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:W2 28:W2 35:W4",
+    ("yolov4-tiny", "0:D2 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:W2 28:W2 35:W4",
      "0:I 1:I 2:W4 4:D 5:D 10:W4 12:I 13:I 18:W4 20:I 21:I 26:I 28:I 35:W4")])
 def test_official_paths_as_recorded(name, infer, train):
     """The paths recorded before the planner existed (at 9d2b488; the 1x1 layers left out):
-    moving the thresholds changed none."""
+    moving the thresholds changed none; since 2026-12-04 yolov4-tiny's first layer takes the
+    stride-2 direct kernel at inference."""
     import darknumba as dn
     net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
     assert short(net) == infer
@@ -93,7 +94,7 @@ def test_official_paths_as_recorded(name, infer, train):
 
 @pytest.mark.parametrize("name,infer", [
     ("yolov3-tiny", "0:D 2:D 4:W4 6:W4 8:W4 10:I 12:I 14:I 21:W4"),
-    ("yolov4-tiny", "0:I 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:I 28:I 35:W4")])
+    ("yolov4-tiny", "0:D2 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:I 28:I 35:W4")])
 def test_avx512_leaves_the_small_maps_to_im2col(monkeypatch, name, infer):
     """With AVX-512 (conv_plan.wide_vectors) inference takes no Winograd below
     WIDE_VECTORS_MIN_TILES tiles (the 13x13 maps: im2col instead of F(2x2)); the larger maps,
@@ -136,6 +137,12 @@ def test_thresholds_at_their_edges():
     assert plan(conv(104, 32, 33), False) is not ConvPath.DIRECT
     assert plan(conv(104, 32, 32, compat="darknet-cpu"), False) is ConvPath.IM2COL
     assert plan(conv(104, 33, 32), False) is not ConvPath.DIRECT
+    # stride 2: K up to DIRECT_MAX_K (no allowance for few filters), at inference only
+    assert (plan(conv(416, 3, 32, stride=2), False), plan(conv(416, 3, 32, stride=2), True)) \
+        == (ConvPath.DIRECT_S2, ConvPath.IM2COL)
+    assert plan(conv(52, 17, 64, stride=2), False) is ConvPath.DIRECT_S2
+    assert plan(conv(52, 18, 16, stride=2), False) is ConvPath.IM2COL
+    assert plan(conv(52, 3, 16, size=5, stride=2, pad=2), False) is ConvPath.IM2COL
 
 
 def test_only_the_planner_defines_a_threshold():

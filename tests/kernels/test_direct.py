@@ -6,7 +6,9 @@ import numpy as np
 import pytest
 
 from darknumba.kernels.direct import (conv3x3_direct, conv3x3_direct_cpu,
-                                      conv3x3_direct_weight_grad_cpu, flip_weights)
+                                      conv3x3_direct_weight_grad_cpu, conv3x3s2_direct,
+                                      flip_weights)
+from tiny_nets import cfg_text, conv
 
 EMPTY = np.empty(0, np.float32)
 NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0, EMPTY, EMPTY)          # raw sums only
@@ -177,3 +179,76 @@ def test_few_filters_take_the_direct_kernel_up_to_k_288(rng, monkeypatch, tmp_pa
                                         net.layers[0].weights, net.predict(x))])
     for d, g in zip(*runs, strict=True):
         np.testing.assert_allclose(d, g, rtol=1e-4, atol=1e-5 * np.abs(g).max())
+
+
+# stride 2 (batch, c, h, w, n, pad): odd and even sizes (the last column or row under the
+# kernel's edge or not), pads 0..2, filter counts with a remainder of 4, one-pixel maps, and
+# rows of 151 outputs (blocks of 6 rows, tasks crossing from one image to the next)
+SHAPES_S2 = [(2, 3, 7, 5, 4, 1), (1, 5, 6, 9, 7, 1), (3, 2, 8, 6, 9, 0), (2, 1, 3, 3, 1, 2),
+             (1, 4, 1, 2, 5, 1), (2, 3, 5, 70, 8, 1), (1, 2, 9, 33, 6, 2), (2, 1, 6, 5, 5, 0),
+             (2, 2, 13, 300, 5, 1), (3, 3, 11, 301, 6, 0)]
+
+
+@pytest.mark.parametrize("b,c,h,w,n,pad", SHAPES_S2)
+def test_direct_s2_matches_float64_convolution(rng, b, c, h, w, n, pad):
+    """The stride-2 kernel with biases (linear) against the float64 convolution, and with the
+    batch norm and each activation against the raw sums and the separate sweep."""
+    from darknumba.kernels.fused import batchnorm_bias_activate
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    biases = rng.standard_normal(n).astype(np.float32)
+    oh, ow = (h + 2 * pad - 3) // 2 + 1, (w + 2 * pad - 3) // 2 + 1
+    out = np.full(b * n * oh * ow, np.nan, np.float32)
+    conv3x3s2_direct(x, b, c, h, w, wts, n, pad, out, biases=biases, act=3)     # linear
+    ref = naive.conv_forward(x, wts, biases, b, c, h, w, n, 3, 2, pad, 1).ravel()
+    np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+    raw = np.empty_like(out)
+    conv3x3s2_direct(x, b, c, h, w, wts, n, pad, raw, biases=np.zeros(n, np.float32), act=3)
+    mean, scales = (rng.standard_normal(n).astype(np.float32) for _ in range(2))
+    var = rng.uniform(0.5, 2, n).astype(np.float32)
+    for act in (0, 7):                                   # logistic, leaky
+        got = np.full_like(out, np.nan)
+        conv3x3s2_direct(x, b, c, h, w, wts, n, pad, got, bn_mean=mean, bn_divisor=var,
+                         scales=scales, biases=biases, act=act)
+        sweep = raw.copy()
+        batchnorm_bias_activate(sweep, mean, var, scales, biases, b, n, oh * ow, act)
+        np.testing.assert_allclose(got, sweep, rtol=1e-6, atol=1e-6)
+
+
+def test_direct_s2_check_can_fail(rng):
+    """A one-tap error is caught by the same comparison."""
+    b, c, h, w, n, pad = 1, 2, 9, 10, 4, 1
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    wts = rng.standard_normal(n * c * 9).astype(np.float32)
+    out = np.empty(b * n * 5 * 5, np.float32)
+    conv3x3s2_direct(x, b, c, h, w, wts, n, pad, out, biases=np.zeros(n, np.float32), act=3)
+    wrong = wts.copy()
+    wrong[8] += 0.01                     # the last tap (ky = kx = 2), read from a plane's next row
+    ref = naive.conv_forward(x, wrong, np.zeros(n), b, c, h, w, n, 3, 2, pad, 1).ravel()
+    assert not np.allclose(out, ref, rtol=1e-5, atol=1e-5 * np.abs(ref).max())
+
+
+@pytest.mark.parametrize("bn", [False, True])
+def test_layer_direct_s2_at_inference_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
+    """A thin stride-2 layer takes the stride-2 kernel at inference and im2col + GEMM in
+    training; its test-mode output is the GEMM path's, and a training step is unchanged."""
+    import darknumba as dn
+    from darknumba.layers import conv_plan
+    cfg = tmp_path / "s2.cfg"
+    cfg.write_text(cfg_text(dict(batch=2, width=23, height=14, channels=3),
+                            conv(6, stride=2, bn=bn), conv(5, stride=2, bn=bn),
+                            "[cost]\ntype=sse\n"))
+    x = rng.uniform(0, 1, (2, 3, 14, 23)).astype(np.float32)
+    truth = rng.uniform(0, 1, (2, 5 * 4 * 6)).astype(np.float32)
+    runs = []
+    for limit in (conv_plan.DIRECT_MAX_K, 0):
+        monkeypatch.setattr(conv_plan, "DIRECT_MAX_K", limit)
+        net = dn.parse_network_cfg(str(cfg), seed=4)
+        want = conv_plan.ConvPath.DIRECT_S2 if limit else conv_plan.ConvPath.IM2COL
+        assert [conv_plan.plan(l, False) for l in net.layers[:2]] == [want, want]
+        assert conv_plan.plan(net.layers[0], True) is conv_plan.ConvPath.IM2COL
+        net.train_datum(x, truth)
+        runs.append([a.copy() for a in (net.layers[0].weights, net.layers[1].weights,
+                                        net.predict(x), net.layers[0].output)])
+    for d, g in zip(*runs, strict=True):
+        np.testing.assert_allclose(d, g, rtol=2e-4, atol=1e-5 * np.abs(g).max())

@@ -631,20 +631,21 @@ def test_a_connected_layer_gives_an_image_the_same_outputs_in_any_slot(rng, tmp_
 def test_forward_path_at_the_real_threshold_names_how_each_convolution_runs():
     """forward_path (the per-layer table of `darknumba bench`, the first run's kernel keys)
     says what forward does: at inference yolov4-tiny's 13x13 layers through F(2x2), the larger
-    ones through F(4x4), 32 -> 32 direct, 1x1 and strided as Darknet does; in training the
-    small Winograd layers go back to im2col + GEMM."""
+    ones through F(4x4), 32 -> 32 direct, the first (3 -> 32, stride 2) through the stride-2
+    direct kernel, 1x1 and 32 -> 64 stride 2 as Darknet does; in training the small Winograd
+    layers and the first go back to im2col + GEMM."""
     import darknumba as dn
     from darknumba.train.timing import profile_forward, unit_rolling_variance
     net = dn.load_network(str(ROOT / "cfg" / "yolov4-tiny.cfg"), batch=1, exact=False)
     unit_rolling_variance(net)
-    want = {0: "im2col", 2: "winograd4x4", 4: "direct", 7: "1x1", 12: "winograd4x4",
-            26: "winograd2x2", 28: "winograd2x2", 35: "winograd4x4"}
+    want = {0: "direct-s2", 1: "im2col", 2: "winograd4x4", 4: "direct", 7: "1x1",
+            12: "winograd4x4", 26: "winograd2x2", 28: "winograd2x2", 35: "winograd4x4"}
     assert {i: net.layers[i].forward_path(net) for i in want} == want
     table = profile_forward(net, np.zeros((1, 3, 416, 416), np.float32), reps=1).splitlines()
     for i, path in want.items():
         assert table[1 + i].split()[:3] == [str(i), "convolutional", path]
     net.train = True
-    assert [net.layers[i].forward_path(net) for i in (2, 12, 26)] == \
-        ["winograd4x4", "im2col", "im2col"]
+    assert [net.layers[i].forward_path(net) for i in (0, 2, 12, 26)] == \
+        ["im2col", "winograd4x4", "im2col", "im2col"]
     exact = dn.load_network(str(ROOT / "cfg" / "yolov4-tiny.cfg"), batch=1, exact=True)
     assert {exact.layers[i].forward_path(exact) for i in (2, 12, 26)} == {"im2col"}

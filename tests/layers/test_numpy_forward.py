@@ -188,4 +188,4 @@ def test_the_cache_probe_asks_each_layer_for_its_kernels(tmp_path):
     assert pools == [[pool.forward_maxpool2_same_cpu], [pool.forward_maxpool_cpu],
                      [pool.forward_maxpool_rows_cpu]]
     assert [l.forward_path(net) for l in net.layers
-            if l.type == "convolutional"] == ["direct", "im2col", "1x1", "im2col", "1x1"]
+            if l.type == "convolutional"] == ["direct", "direct-s2", "1x1", "im2col", "1x1"]

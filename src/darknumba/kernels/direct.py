@@ -22,6 +22,7 @@ import numpy as np
 from numba import njit, prange
 
 from .activations import activate_row
+from .im2col import valid_span
 from .fused import (add_bias_activate_store_row, add_bias_row, normalize_activate_store_row,
                     normalize_scale_bias_row)
 
@@ -60,25 +61,30 @@ def _taps4_flat(a0, a1, a2, a3, strip, weights, K, oc0, c, L, wp):
         srow = strip[ic]
         for ky in range(3):
             o = ky * wp
-            s0 = srow[o:o + L]
-            s1 = srow[o + 1:o + 1 + L]
-            s2 = srow[o + 2:o + 2 + L]
-            p = oc0 * K + (ic * 3 + ky) * 3
-            w00, w01, w02 = weights[p], weights[p + 1], weights[p + 2]
-            p += K
-            w10, w11, w12 = weights[p], weights[p + 1], weights[p + 2]
-            p += K
-            w20, w21, w22 = weights[p], weights[p + 1], weights[p + 2]
-            p += K
-            w30, w31, w32 = weights[p], weights[p + 1], weights[p + 2]
-            for j in range(L):
-                v0 = s0[j]
-                v1 = s1[j]
-                v2 = s2[j]
-                a0[j] = ((a0[j] + w00 * v0) + w01 * v1) + w02 * v2
-                a1[j] = ((a1[j] + w10 * v0) + w11 * v1) + w12 * v2
-                a2[j] = ((a2[j] + w20 * v0) + w21 * v1) + w22 * v2
-                a3[j] = ((a3[j] + w30 * v0) + w31 * v1) + w32 * v2
+            _kernel_row4(a0, a1, a2, a3, srow[o:o + L], srow[o + 1:o + 1 + L],
+                         srow[o + 2:o + 2 + L], weights, oc0 * K + (ic * 3 + ky) * 3, K, L)
+
+
+@njit(cache=True, inline="always")
+def _kernel_row4(a0, a1, a2, a3, s0, s1, s2, weights, p, K, L):
+    """a_q[j] += the three taps of one kernel row of filter q (weights[p + q * K:][:3]) times
+    s0[j], s1[j], s2[j] (the inputs under taps kx = 0, 1, 2 of output position j), q = 0..3,
+    in the order kx = 0, 1, 2."""
+    w00, w01, w02 = weights[p], weights[p + 1], weights[p + 2]
+    p += K
+    w10, w11, w12 = weights[p], weights[p + 1], weights[p + 2]
+    p += K
+    w20, w21, w22 = weights[p], weights[p + 1], weights[p + 2]
+    p += K
+    w30, w31, w32 = weights[p], weights[p + 1], weights[p + 2]
+    for j in range(L):
+        v0 = s0[j]
+        v1 = s1[j]
+        v2 = s2[j]
+        a0[j] = ((a0[j] + w00 * v0) + w01 * v1) + w02 * v2
+        a1[j] = ((a1[j] + w10 * v0) + w11 * v1) + w12 * v2
+        a2[j] = ((a2[j] + w20 * v0) + w21 * v1) + w22 * v2
+        a3[j] = ((a3[j] + w30 * v0) + w31 * v1) + w32 * v2
 
 
 @njit(cache=True, fastmath={"reassoc"})
@@ -203,6 +209,99 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
 
 
 @njit(cache=True, inline="always")
+def _fill_phases(planes, x, b, c, h, w, y0, rows, pad, wq):
+    """The input under a block of a stride-2 convolution's output rows, split by the parity
+    of its padded rows and columns: planes[ic, 2 * py + px, r * wq + j] = pixel
+    (2 * (y0 + r) + py - pad, 2 * j + px - pad) of channel ic of image b for r < rows, 0
+    outside the image. Tap (ky, kx) of output (y0 + r, j) is then entry r * wq + j +
+    (ky // 2) * wq + kx // 2 of plane (ky % 2, kx % 2): every tap reads a contiguous run."""
+    planes[...] = 0.0
+    for ic in range(c):
+        for py in range(2):
+            for r in range(rows):
+                iy = 2 * (y0 + r) + py - pad
+                if iy < 0 or iy >= h:
+                    continue
+                base = ((b * c + ic) * h + iy) * w
+                for px in range(2):
+                    col0 = px - pad
+                    lo, hi = valid_span(col0, 2, wq, w)
+                    if hi <= lo:
+                        continue
+                    s = base + col0 + 2 * lo
+                    src = x[s:s + 2 * (hi - lo) - 1]
+                    dst = planes[ic, 2 * py + px, r * wq + lo:r * wq + hi]
+                    for j in range(hi - lo):
+                        dst[j] = src[2 * j]
+
+
+@njit(cache=True, inline="always")
+def _taps4_s2(a0, a1, a2, a3, planes, weights, K, oc0, c, L, wq):
+    """_taps4_flat for stride 2 over _fill_phases' planes: kernel row ky reads the planes of
+    row parity ky % 2, one row further down for ky = 2; its taps kx = 0, 1, 2 the even
+    column plane, the odd one, and the even one a column further on."""
+    for ic in range(c):
+        for ky in range(3):
+            py = ky % 2
+            o = (ky // 2) * wq
+            even = planes[ic, 2 * py]
+            odd = planes[ic, 2 * py + 1]
+            _kernel_row4(a0, a1, a2, a3, even[o:o + L], odd[o:o + L], even[o + 1:o + 1 + L],
+                         weights, oc0 * K + (ic * 3 + ky) * 3, K, L)
+
+
+@njit(parallel=True, cache=True, fastmath={"contract"})
+def conv3x3s2_direct_cpu(x, batch, c, h, w, weights, n, pad, out, bn_mean, bn_divisor, scales,
+                         biases, act):
+    """out = act(conv(x, weights) with the biases, or the test-mode batch norm when bn_mean is
+    non-empty): 3x3, stride 2, zero padding `pad`; the inference forward of a thin strided
+    convolution (an image's first layer in AlexeyAB's networks), as conv3x3_direct_cpu's
+    epilogue. Each block of output rows reads its input split into four parity planes
+    (_fill_phases), so that the taps are contiguous runs as at stride 1."""
+    out_h = (h + 2 * pad - 3) // 2 + 1
+    out_w = (w + 2 * pad - 3) // 2 + 1
+    K = c * 9
+    rows = batch * out_h
+    tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
+    tail = np.zeros(4 * K, np.float32)        # the last n % 4 filters and zero filters
+    tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
+    bn = bn_mean.size > 0
+    wq = out_w + 1                  # a plane row: out_w outputs and the column kx = 2 reads last
+    block = max(1, min(ROWS_PER_TASK, FLAT_POSITIONS // wq))
+    for task in prange(tasks):
+        # + 1 row: kernel row 2 reads one plane row below the block; + 1: the dropped
+        # position past the block's last row reads one float beyond it
+        planes = np.empty((c, 4, (block + 1) * wq + 1), np.float32)
+        acc = np.empty((4, block * wq), np.float32)
+        by = task * ROWS_PER_TASK
+        end = min(rows, by + ROWS_PER_TASK)
+        while by < end:
+            b = by // out_h
+            y = by % out_h
+            nr = min(block, end - by, out_h - y)         # rows of one image
+            L = nr * wq
+            _fill_phases(planes, x, b, c, h, w, y, nr + 1, pad, wq)
+            for oc0 in range(0, n, 4):
+                q_n = min(4, n - oc0)
+                acc[...] = 0.0
+                full = q_n == 4
+                _taps4_s2(acc[0, :L], acc[1, :L], acc[2, :L], acc[3, :L], planes,
+                          weights if full else tail, K, oc0 if full else 0, c, L, wq)
+                for q in range(q_n):
+                    f = oc0 + q
+                    for r in range(nr):
+                        row = acc[q, r * wq:r * wq + out_w]
+                        ob = ((b * n + f) * out_h + y + r) * out_w
+                        dst = out[ob:ob + out_w]
+                        if bn:
+                            normalize_activate_store_row(row, dst, bn_mean[f], bn_divisor[f],
+                                                         scales[f], biases[f], act)
+                        else:
+                            add_bias_activate_store_row(row, dst, biases[f], act)
+            by += nr
+
+
+@njit(cache=True, inline="always")
 def _dots4x3(dw, oc0, q_n, t, d0, d1, d2, d3, srow, out_w):
     """dw[oc0 + q, t + kx] += dot(d_q, srow[kx:kx + out_w]) for four delta rows and the three
     taps of one kernel row: twelve float32 sums in vector registers, seven loads per twelve
@@ -318,3 +417,12 @@ def conv3x3_direct(x, batch, c, h, w, weights, n, pad, out, *, accumulate=False,
     conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, arr(bn_mean),
                        arr(bn_divisor), arr(scales), arr(biases), act,
                        None if lean else arr(stats_mean), None if lean else arr(stats_variance))
+
+
+def conv3x3s2_direct(x, batch, c, h, w, weights, n, pad, out, *, bn_mean=None, bn_divisor=None,
+                     scales=None, biases, act=0):
+    """conv3x3s2_direct_cpu with batch norm optional (`bn_mean`, `bn_divisor`, `scales`)."""
+    conv3x3s2_direct_cpu(x, batch, c, h, w, weights, n, pad, out,
+                         _NONE if bn_mean is None else bn_mean,
+                         _NONE if bn_divisor is None else bn_divisor,
+                         _NONE if scales is None else scales, biases, act)

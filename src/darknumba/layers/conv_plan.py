@@ -16,6 +16,7 @@ The rules, in the order plan applies them:
      binarised weights and input, but never Winograd;
   1. DIRECT: a thin 3x3 stride-1 convolution (direct_thin: DIRECT_MAX_K, and
      DIRECT_MAX_K_FEW_FILTERS for few filters), in training and at inference alike;
+     DIRECT_S2: at inference, a thin 3x3 stride-2 convolution (direct_strided: DIRECT_MAX_K);
   2. WINOGRAD4X4 / WINOGRAD2X2: a large enough 3x3 stride-1 convolution, not exact, not under
      compat= (use_winograd; the inference and training rules differ), F(2x2) at inference on
      small maps (winograd_tile);
@@ -40,6 +41,7 @@ class ConvPath(str, enum.Enum):
     """A convolution's path; its value is the name `darknumba bench` prints (a ConvPath equals
     and formats as that string)."""
     DIRECT = "direct"               # thin 3x3 kernel, biases / batch norm fused (kernels/direct.py)
+    DIRECT_S2 = "direct-s2"         # its stride-2 twin, at inference (kernels/direct.py)
     WINOGRAD4X4 = "winograd4x4"     # Winograd F(4x4, 3x3) (layers/conv_winograd.py)
     WINOGRAD2X2 = "winograd2x2"     # Winograd F(2x2, 3x3), inference on small maps
     ONE_BY_ONE = "1x1"              # the input is the column matrix: GEMM only
@@ -72,6 +74,12 @@ DIRECT_MAX_K = 160
 # checked against C darknet's recorded tensors (its sums' order)
 DIRECT_MAX_K_FEW_FILTERS = 288
 FEW_FILTERS = 32
+# Stride 2 (conv3x3s2_direct_cpu, inference only: its input split into parity planes so the taps
+# read contiguous runs) up to the same DIRECT_MAX_K: yolov4-tiny's first layer (3 -> 32 at 416,
+# K = 27) took 0.85 ms against 1.2 on im2col + GEMM with its batch-norm sweep (2-core Xeon,
+# AVX-512, 2026-12-04, 2 threads, medians of 40); its second (32 -> 64, K = 288) 3.2 against
+# 2.8, so the few-filter allowance does not apply. Training keeps im2col + GEMM (the weight
+# gradient needs the column matrix)
 
 # -- Winograd ----------------------------------------------------------------------------------
 # Where Winograd pays, measured per layer in a network's sequence (at a99f427, medians of
@@ -166,6 +174,8 @@ def _rules(l, training: bool, exact: bool) -> ConvPath:
         return ConvPath.XNOR
     if direct_thin(l):
         return ConvPath.DIRECT
+    if not training and direct_strided(l):
+        return ConvPath.DIRECT_S2
     if use_winograd(l, training, exact):
         return ConvPath.WINOGRAD2X2 if winograd_tile(l, training) == 2 else ConvPath.WINOGRAD4X4
     return ConvPath.ONE_BY_ONE if direct_1x1(l) else ConvPath.IM2COL
@@ -179,6 +189,13 @@ def direct_thin(l) -> bool:
             and not l.ext and (l.c * 9 <= DIRECT_MAX_K or (
                 l.c * 9 <= DIRECT_MAX_K_FEW_FILTERS and l.n <= FEW_FILTERS
                 and l.quirks.compat is None)))
+
+
+def direct_strided(l) -> bool:
+    """A thin 3x3 stride-2 convolution computed directly at inference (DIRECT_MAX_K): the same
+    sums as the GEMM path up to float32 rounding of their order."""
+    return (l.size == 3 and l.stride == 2 and l.groups == 1 and l.pad <= 2 and not l.ext
+            and l.c * 9 <= DIRECT_MAX_K)
 
 
 def direct_1x1(l) -> bool:
@@ -299,6 +316,7 @@ def batched(l, n) -> bool:
 # batch-norm sweep (forward_kernels adds it; the direct kernel fuses it)
 FORWARD_KERNELS = {
     ConvPath.DIRECT: (direct.conv3x3_direct_cpu,),
+    ConvPath.DIRECT_S2: (direct.conv3x3s2_direct_cpu,),
     ConvPath.WINOGRAD4X4: (winograd.winograd_filters_cpu, winograd.winograd_input_cpu,
                            winograd.winograd_output_cpu),
     ConvPath.WINOGRAD2X2: (winograd.winograd_filters_cpu, winograd.winograd2_input_cpu,
@@ -319,7 +337,9 @@ BACKWARD_KERNELS = {
     ConvPath.WINOGRAD2X2: _WINOGRAD_BACKWARD,
     ConvPath.ONE_BY_ONE: (gemm.add_transposed,),
     ConvPath.IM2COL: (im2col.im2col_batch_cpu, gemm.add_transposed, im2col.col2im_batch_cpu),
-    # training never plans XNOR: an xnor layer's backward is the float layer's (layers/xnor.py)
+    # training never plans DIRECT_S2 nor XNOR (an xnor layer's backward is the float layer's,
+    # layers/xnor.py)
+    ConvPath.DIRECT_S2: (im2col.im2col_batch_cpu, gemm.add_transposed, im2col.col2im_batch_cpu),
     ConvPath.XNOR: (im2col.im2col_batch_cpu, gemm.add_transposed, im2col.col2im_batch_cpu),
 }
 
@@ -337,7 +357,7 @@ def forward_kernels(l, path: ConvPath) -> list:
     path = ConvPath(path)
     if path is ConvPath.XNOR:       # the twins the layer picks; the rest is fused in their GEMM
         return list(xnor_layer.bit_kernels(l))
-    if path is ConvPath.DIRECT:     # its biases / batch norm are fused in
+    if path in (ConvPath.DIRECT, ConvPath.DIRECT_S2):     # biases / batch norm fused in
         return list(kernels(path))
     return list(kernels(path)) + [fused.batchnorm_bias_activate if l.batch_normalize
                                   else fused.bias_activate.pick(l.batch * l.outputs)]

@@ -17,6 +17,7 @@ from ..kernels.blas import (
 )
 from ..kernels.direct import (
     conv3x3_direct,
+    conv3x3s2_direct,
     conv3x3_direct_weight_grad_cpu,
     flip_weights,
 )
@@ -179,6 +180,9 @@ class ConvolutionalLayer(Layer):
         if path is ConvPath.DIRECT:
             self._forward_direct(net)
             return
+        if path is ConvPath.DIRECT_S2:
+            self._forward_direct_s2(net)
+            return
         if path in WINOGRAD_PATHS:
             forward_winograd(self, net)
         elif self.batch > 1 and self._batched(n) and net.train:
@@ -212,6 +216,16 @@ class ConvolutionalLayer(Layer):
             conv3x3_direct(*args, stats_mean=self.mean if stats else None,
                            stats_variance=self.variance if stats else None)
             forward_batchnorm(self, net, stats_done=stats)
+
+    def _forward_direct_s2(self, net):
+        """Thin 3x3 stride-2 convolution at inference, its biases or batch norm and activation
+        fused into its rows."""
+        act = epilogue_activation(self, net.train)
+        bn = dict(bn_mean=self.rolling_mean, bn_divisor=bn_divisor(self, self.rolling_variance),
+                  scales=self.scales) if self.batch_normalize else {}
+        conv3x3s2_direct(net.input, self.batch, self.c, self.h, self.w, self.weights, self.n,
+                         self.pad, self.output, biases=self.biases, act=act, **bn)
+        activate_output(self, net.train, act)
 
     def _forward_gemms_per_image(self, net, m, k, n, cg):
         x, out = net.input, self.output
