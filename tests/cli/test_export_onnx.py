@@ -17,7 +17,7 @@ from darknumba.export import ExportError
 from darknumba.export.onnx import build_onnx, export_onnx, run_onnxruntime
 
 from conftest import ROOT, tiny_weights, v4tiny_weights
-from tiny_nets import cfg_text, conv, section
+from tiny_nets import cfg_text, conv, maxpool, section
 
 TOL = 1e-4
 
@@ -97,76 +97,20 @@ def test_yolov3_tiny_official_weights():
         assert max(d.values()) < TOL, (fuse, d)
 
 
-ZOO = """[net]
-batch=2
-width=40
-height=32
-channels=3
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=1
-pad=1
-activation=leaky
-[maxpool]
-size=2
-stride=2
-[convolutional]
-batch_normalize=1
-filters=16
-groups=2
-size=3
-stride=1
-pad=1
-activation=relu
-[maxpool]
-size=2
-stride=1
-[convolutional]
-filters=16
-size=1
-stride=1
-activation=tanh
-[shortcut]
-from=-3
-alpha=0.5
-beta=2
-activation=logistic
-[maxpool]
-size=5
-stride=1
-[convolutional]
-batch_normalize=1
-filters=12
-size=3
-stride=2
-pad=1
-activation=elu
-[upsample]
-stride=2
-scale=0.5
-[route]
-layers=-1,-3
-[convolutional]
-filters=8
-size=1
-stride=1
-activation=selu
-[maxpool]
-size=3
-stride=2
-padding=1
-[upsample]
-stride=-2
-[route]
-layers=-1
-[convolutional]
-filters=6
-size=1
-stride=1
-activation=ramp
-"""
+ZOO = cfg_text(dict(batch=2, width=40, height=32, channels=3),
+               conv(8), maxpool(),
+               conv(16, groups=2, activation="relu"), maxpool(stride=1),
+               conv(16, size=1, bn=False, activation="tanh"),
+               section("shortcut", **{"from": -3}, alpha=0.5, beta=2, activation="logistic"),
+               maxpool(size=5, stride=1),
+               conv(12, stride=2, activation="elu"),
+               section("upsample", stride=2, scale=0.5),
+               section("route", layers="-1,-3"),
+               conv(8, size=1, bn=False, activation="selu"),
+               section("maxpool", size=3, stride=2, padding=1),
+               section("upsample", stride=-2),
+               section("route", layers=-1),
+               conv(6, size=1, bn=False, activation="ramp"))
 
 
 @pytest.mark.parametrize("dialect", ["pjreddie", "alexeyab"])
@@ -214,29 +158,13 @@ def test_classifier_layers(tmp_path):
 
 
 def small_yolo(extra="", classes=3, activation="linear"):
-    return f"""[net]
-batch=2
-width=64
-height=48
-channels=3
-[convolutional]
-batch_normalize=1
-filters=16
-size=3
-stride=2
-pad=1
-activation=leaky
-[convolutional]
-filters={3 * (5 + classes)}
-size=1
-stride=1
-activation={activation}
-[yolo]
-mask=3,4,5
-anchors=4,5, 8,9, 14,12, 20,22, 30,28, 40,44
-classes={classes}
-num=6
-{extra}"""
+    """Two convolutions and a [yolo] head of three of six anchors; `extra`: lines added to the
+    [yolo] section."""
+    return cfg_text(dict(batch=2, width=64, height=48, channels=3), conv(16, stride=2),
+                    conv(3 * (5 + classes), size=1, bn=False, activation=activation),
+                    section("yolo", mask="3,4,5",
+                            anchors="4,5, 8,9, 14,12, 20,22, 30,28, 40,44", classes=classes,
+                            num=6)) + extra
 
 
 def decoded_reference(net, b):
@@ -313,33 +241,10 @@ def test_yolov4_tiny_official_weights():
 
 
 def test_region_head(tmp_path):
-    text = """[net]
-batch=1
-width=64
-height=64
-channels=3
-[convolutional]
-batch_normalize=1
-filters=8
-size=3
-stride=2
-pad=1
-activation=leaky
-[maxpool]
-size=2
-stride=2
-[convolutional]
-filters=40
-size=1
-stride=1
-activation=linear
-[region]
-anchors=1,1, 2,2, 3,3, 4,4, 5,5
-classes=3
-coords=4
-num=5
-softmax=1
-"""
+    text = cfg_text(dict(batch=1, width=64, height=64, channels=3), conv(8, stride=2), maxpool(),
+                    conv(40, size=1, bn=False, activation="linear"),
+                    section("region", anchors="1,1, 2,2, 3,3, 4,4, 5,5", classes=3, coords=4,
+                            num=5, softmax=1))
     net = randomize(net_from_text(tmp_path, text))
     assert head_diffs(net, build_onnx(net), image_batch(net))["layer_3"] < TOL
     with pytest.raises(ExportError, match="--decode needs"):
@@ -357,20 +262,8 @@ def test_dynamic_batch_and_size():
 
 
 def test_unexportable_layer_is_named(tmp_path):
-    text = """[net]
-batch=1
-width=8
-height=8
-channels=3
-[convolutional]
-filters=4
-size=3
-stride=1
-pad=1
-activation=stair
-[reorg]
-stride=2
-"""
+    text = cfg_text(dict(batch=1, width=8, height=8, channels=3),
+                    conv(4, bn=False, activation="stair"), section("reorg", stride=2))
     net = net_from_text(tmp_path, text)
     with pytest.raises(ExportError, match=r"net.cfg: layer 1 \[reorg\].*not exportable"):
         build_onnx(net)
@@ -457,22 +350,9 @@ def test_every_activation_builder():
 
 
 def test_batchnorm_activation_and_logistic_layers(tmp_path):
-    text = """[net]
-batch=2
-width=10
-height=8
-channels=3
-[convolutional]
-filters=6
-size=3
-stride=1
-pad=1
-activation=linear
-[batchnorm]
-[activation]
-activation=relie
-[logistic]
-"""
+    text = cfg_text(dict(batch=2, width=10, height=8, channels=3),
+                    conv(6, bn=False, activation="linear"), section("batchnorm"),
+                    section("activation", activation="relie"), section("logistic"))
     for dialect in ("pjreddie", "alexeyab"):
         net = net_from_text(tmp_path, text, dialect=dialect)
         rng = np.random.default_rng(3)
