@@ -65,11 +65,11 @@ def run_kernels(x, wts, b, c, h, w, n, pad, m=4):
     V = np.full((b * th * tw, (m + 2) ** 2, c), np.nan, np.float32)
     rows = b * th
     for r0, r1 in ((0, rows // 2), (rows // 2, rows)):   # tile-row ranges, as threads take them
-        input_kernel(x, c, h, w, pad, th, tw, V, r0, r1)
+        input_kernel(x, c, h, w, pad, th, tw, V, r0, r1, 0)
     M = np.ascontiguousarray(np.matmul(V.transpose(1, 0, 2), U).transpose(1, 0, 2))
     out, big = guarded(b * n * oh * ow, fill=np.nan)
     for r0, r1 in ((0, rows // 3), (rows // 3, rows)):
-        output_kernel(M, n, oh, ow, th, tw, out, r0, r1, False)
+        output_kernel(M, n, oh, ow, th, tw, out, r0, r1, False, 0)
     assert guards_intact(big)
     return out, U, V
 
@@ -383,6 +383,31 @@ def test_pipelined_layers_within_1e4_of_exact_whatever_the_threads(rng, tmp_path
         one.predict(np.repeat(x[slot:slot + 1], 2, axis=0))
         np.testing.assert_array_equal(one.layers[1].output.reshape(2, -1)[0],
                                       alone[1].reshape(2, -1)[slot])
+
+
+def test_transforms_refuse_tile_rows_outside_their_buffer(rng):
+    """A chunk's buffer holds tiles t0.. of its rows (t = row * tw + tx - t0): the same tiles as
+    a whole-layer buffer there, and rows outside it an error before anything is written."""
+    from darknumba.layers.conv_winograd import VARIANTS
+    b, c, h, w, n, pad = 1, 3, 14, 10, 4, 1
+    x = rng.standard_normal(b * c * h * w).astype(np.float32)
+    for m in (4, 2):
+        _, input_kernel, output_kernel = VARIANTS[m]
+        th, tw = tiles_of(h, w, m)
+        k2 = (m + 2) ** 2
+        whole = np.zeros((th * tw, k2, c), np.float32)
+        input_kernel(x, c, h, w, pad, th, tw, whole, 0, th, 0)
+        part = np.full((2 * tw, k2, c), np.nan, np.float32)
+        input_kernel(x, c, h, w, pad, th, tw, part, 1, 3, tw)        # rows 1 and 2
+        np.testing.assert_array_equal(part, whole[tw:3 * tw])
+        out = np.zeros(n * h * w, np.float32)
+        M = np.zeros((2 * tw, k2, n), np.float32)
+        for bad in ((0, 3, tw), (1, 4, tw), (2, 3, 3 * tw)):        # before, past, beyond
+            with pytest.raises(ValueError, match="outside the tile buffer"):
+                input_kernel(x, c, h, w, pad, th, tw, part, *bad)
+            with pytest.raises(ValueError, match="outside the tile buffer"):
+                output_kernel(M, n, h, w, th, tw, out, *bad[:2], False, bad[2])
+        assert not out.any()
 
 
 def test_pipelined_only_where_the_filters_are_no_larger_than_the_tiles():

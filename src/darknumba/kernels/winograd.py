@@ -23,7 +23,9 @@ runs as one vector loop over them; tile by tile, so a transform reads or writes 
 36: 0.8-0.9x the transforms' time of 36 x tiles x c, and the GEMMs M[:, k] = V[:, k] @ U[k] with
 U [36 x c x n] take their rows 36 * c apart, no slower in BLAS);
 tiles are numbered (b, ty, tx), ty < ceil(out_h / 4), tx < ceil(out_w / 4), a tile row being
-(b, ty), the kernels' ranges r0 <= b * th + ty < r1 (the caller keeps r1 <= batch * th). Tiles
+(b, ty), the kernels' ranges r0 <= b * th + ty < r1 (the caller keeps r1 <= batch * th); tile t
+is entry t - t0 of V or M (t0 = 0 for a whole layer's buffers; a chunk's own small buffer has its
+first tile's number, so that a pipelined chunk reuses a buffer that stays in cache). Tiles
 that run past the output's edge are computed whole and cropped when written.
 An earlier layout (channels first, the transforms vectorised along the tiles of a row) ran the
 transforms 1.5-4x slower: at 26x26 a row holds 7 tiles, too few for the vector loops.
@@ -158,6 +160,14 @@ def _at4(m0, m1, m2, m3):
 
 
 @njit(cache=True, inline="always")
+def _check_tiles(T, tw, r0, r1, t0):
+    """The tiles of rows r0 <= row < r1 are T[row * tw + tx - t0]: all inside T, or an error
+    before anything is written."""
+    if r1 > r0 and (r0 * tw - t0 < 0 or r1 * tw - t0 > T.shape[0]):
+        raise ValueError("winograd: tile rows outside the tile buffer")
+
+
+@njit(cache=True, inline="always")
 def _rows_channels_last(x, rows, b, c, h, w, y0, pad):
     """rows[i, j, ic] = x[b, ic, y0 + i, j - pad], zero outside the image: the input rows
     under a row of tiles, transposed to channels last."""
@@ -189,12 +199,13 @@ def _write_rows(out, rows, b, n, out_h, out_w, y0, accumulate):
 
 
 @njit(cache=True, nogil=True)
-def winograd_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
+def winograd_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1, t0):
     """V[tile, k1 * 6 + k2, ic] = (B^T d B)[k1, k2] for every 6x6 input tile d and channel ic,
     over the tile rows r0 <= b * th + ty < r1.
     Per tile row, the six input rows under it go, zero-padded, into rows[i, column, channel]
     (a transpose of those rows to channels last); then for each tile, B^T down its six columns
     and B along its six rows, each as a loop over the channels."""
+    _check_tiles(V, tw, r0, r1, t0)
     rows = np.empty((6, 4 * tw + 2, c), np.float32)
     half = np.empty((6, 6, c), np.float32)          # half[r, j, ic] = (B^T d)[r, j]
     for row in range(r0, r1):
@@ -202,7 +213,7 @@ def winograd_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
         ty = row - b * th
         _rows_channels_last(x, rows, b, c, h, w, ty * 4 - pad, pad)
         for tx in range(tw):
-            t = row * tw + tx
+            t = row * tw + tx - t0
             x0 = 4 * tx
             for j in range(6):
                 for ic in range(c):
@@ -229,19 +240,20 @@ def winograd_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
 
 
 @njit(cache=True, nogil=True)
-def winograd_output_cpu(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
+def winograd_output_cpu(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate, t0):
     """out[b, f] = (or, with `accumulate`, +=) the 4x4 output tiles A^T M A of the tile rows
     r0 <= b * th + ty < r1, cropped to out_h x out_w (the raw sums: the caller applies the
     layer's biases or batch norm and activation).
     Per tile, A^T along its rows then down its columns, each as a loop over the filters, into
     rows[p, column, f]; then each filter's output rows are written from it."""
+    _check_tiles(M, tw, r0, r1, t0)
     half = np.empty((6, 4, n), np.float32)          # half[r, q, f] = (M A)[r, q]
     rows = np.empty((4, 4 * tw, n), np.float32)
     for row in range(r0, r1):
         b = row // th
         ty = row - b * th
         for tx in range(tw):
-            t = row * tw + tx
+            t = row * tw + tx - t0
             for r in range(6):
                 k = r * 6
                 for f in range(n):
@@ -264,9 +276,10 @@ def winograd_output_cpu(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
 
 
 @njit(cache=True, nogil=True)
-def winograd2_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
+def winograd2_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1, t0):
     """F(2x2, 3x3)'s input transform, as winograd_input_cpu: V[tile, k1 * 4 + k2, ic] =
     (B^T d B)[k1, k2] for every 4x4 input tile d (origin 2 * tile - pad)."""
+    _check_tiles(V, tw, r0, r1, t0)
     rows = np.empty((4, 2 * tw + 2, c), np.float32)
     half = np.empty((4, 4, c), np.float32)
     for row in range(r0, r1):
@@ -274,7 +287,7 @@ def winograd2_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
         ty = row - b * th
         _rows_channels_last(x, rows, b, c, h, w, ty * 2 - pad, pad)
         for tx in range(tw):
-            t = row * tw + tx
+            t = row * tw + tx - t0
             x0 = 2 * tx
             for j in range(4):
                 for ic in range(c):
@@ -296,16 +309,17 @@ def winograd2_input_cpu(x, c, h, w, pad, th, tw, V, r0, r1):
 
 
 @njit(cache=True, nogil=True)
-def winograd2_output_cpu(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate):
+def winograd2_output_cpu(M, n, out_h, out_w, th, tw, out, r0, r1, accumulate, t0):
     """F(2x2, 3x3)'s output transform, as winograd_output_cpu: the 2x2 output tiles A^T M A
     of the tile rows r0 <= b * th + ty < r1, cropped."""
+    _check_tiles(M, tw, r0, r1, t0)
     half = np.empty((4, 2, n), np.float32)
     rows = np.empty((2, 2 * tw, n), np.float32)
     for row in range(r0, r1):
         b = row // th
         ty = row - b * th
         for tx in range(tw):
-            t = row * tw + tx
+            t = row * tw + tx - t0
             for r in range(4):
                 k = r * 4
                 for f in range(n):
