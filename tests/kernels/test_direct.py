@@ -8,7 +8,7 @@ import pytest
 from darknumba.kernels.direct import (conv3x3_direct, conv3x3_direct_cpu,
                                       conv3x3_direct_weight_grad_cpu, conv3x3s2_direct,
                                       flip_weights)
-from tiny_nets import cfg_text, conv
+from tiny_nets import cfg_text, conv, section
 
 EMPTY = np.empty(0, np.float32)
 NO_EPI = (EMPTY, EMPTY, EMPTY, EMPTY, 0, EMPTY, EMPTY)          # raw sums only
@@ -237,7 +237,7 @@ def test_layer_direct_s2_at_inference_equals_gemm_path(rng, monkeypatch, tmp_pat
     cfg = tmp_path / "s2.cfg"
     cfg.write_text(cfg_text(dict(batch=2, width=23, height=14, channels=3),
                             conv(6, stride=2, bn=bn), conv(5, stride=2, bn=bn),
-                            "[cost]\ntype=sse\n"))
+                            section("cost", type="sse")))
     x = rng.uniform(0, 1, (2, 3, 14, 23)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, 5 * 4 * 6)).astype(np.float32)
     runs = []

@@ -87,6 +87,34 @@ def _kernel_row4(a0, a1, a2, a3, s0, s1, s2, weights, p, K, L):
         a3[j] = ((a3[j] + w30 * v0) + w31 * v1) + w32 * v2
 
 
+@njit(cache=True, inline="always")
+def _tail_filters(weights, n, K):
+    """The last n % 4 filters, padded with zero filters to four (their pass's weights)."""
+    tail = np.zeros(4 * K, np.float32)
+    tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
+    return tail
+
+
+@njit(cache=True, inline="always")
+def _next_block(by, end, out_h, block):
+    """The block of output rows from batch row `by` (image b, row y): at most `block` rows,
+    within the task's rows (< end) and image b: (b, y, rows)."""
+    b = by // out_h
+    y = by % out_h
+    return b, y, min(block, end - by, out_h - y)
+
+
+@njit(cache=True, inline="always")
+def _store_row(row, dst, f, bn, bn_mean, bn_divisor, scales, biases, act):
+    """dst = act(((row - bn_mean) / bn_divisor) * scales + biases) of filter f with batch norm,
+    act(row + biases) without: the inference epilogue, in one loop."""
+    if bn:
+        normalize_activate_store_row(row, dst, bn_mean[f], bn_divisor[f], scales[f], biases[f],
+                                     act)
+    else:
+        add_bias_activate_store_row(row, dst, biases[f], act)
+
+
 @njit(cache=True, fastmath={"reassoc"})
 def _row_moments(row):
     """(mean, sum of squared deviations) of one row in float64, two passes while it is in L1."""
@@ -128,8 +156,7 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
     K = c * 9
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    tail = np.zeros(4 * K, np.float32)        # the last n % 4 filters and zero filters
-    tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
+    tail = _tail_filters(weights, n, K)
     epilogue = biases.size > 0
     bn = bn_mean.size > 0
     # per task and filter: (count, mean, M2) of the rows it produced. `is not None` tests on
@@ -149,9 +176,7 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
         by = task * ROWS_PER_TASK
         end = min(rows, by + ROWS_PER_TASK)
         while by < end:
-            b = by // out_h
-            y = by % out_h
-            nr = min(block, end - by, out_h - y)         # rows of one image
+            b, y, nr = _next_block(by, end, out_h, block)
             L = nr * wp
             _fill_block(strip, x, b, c, h, w, y, nr + 2, pad, wp)
             for oc0 in range(0, n, 4):
@@ -169,13 +194,8 @@ def conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, bn_m
                         ob = ((b * n + f) * out_h + y + r) * out_w
                         if epilogue and not accumulate and with_stats == 0:
                             # inference: the epilogue writes the output row in one loop
-                            dst = out[ob:ob + out_w]
-                            if bn:
-                                normalize_activate_store_row(row, dst, bn_mean[f],
-                                                             bn_divisor[f], scales[f],
-                                                             biases[f], act)
-                            else:
-                                add_bias_activate_store_row(row, dst, biases[f], act)
+                            _store_row(row, out[ob:ob + out_w], f, bn, bn_mean, bn_divisor,
+                                       scales, biases, act)
                             continue
                         if epilogue:
                             if bn:
@@ -263,8 +283,7 @@ def conv3x3s2_direct_cpu(x, batch, c, h, w, weights, n, pad, out, bn_mean, bn_di
     K = c * 9
     rows = batch * out_h
     tasks = (rows + ROWS_PER_TASK - 1) // ROWS_PER_TASK
-    tail = np.zeros(4 * K, np.float32)        # the last n % 4 filters and zero filters
-    tail[:(n % 4) * K] = weights[(n - n % 4) * K:n * K]
+    tail = _tail_filters(weights, n, K)
     bn = bn_mean.size > 0
     wq = out_w + 1                  # a plane row: out_w outputs and the column kx = 2 reads last
     block = max(1, min(ROWS_PER_TASK, FLAT_POSITIONS // wq))
@@ -276,9 +295,7 @@ def conv3x3s2_direct_cpu(x, batch, c, h, w, weights, n, pad, out, bn_mean, bn_di
         by = task * ROWS_PER_TASK
         end = min(rows, by + ROWS_PER_TASK)
         while by < end:
-            b = by // out_h
-            y = by % out_h
-            nr = min(block, end - by, out_h - y)         # rows of one image
+            b, y, nr = _next_block(by, end, out_h, block)
             L = nr * wq
             _fill_phases(planes, x, b, c, h, w, y, nr + 1, pad, wq)
             for oc0 in range(0, n, 4):
@@ -292,12 +309,8 @@ def conv3x3s2_direct_cpu(x, batch, c, h, w, weights, n, pad, out, bn_mean, bn_di
                     for r in range(nr):
                         row = acc[q, r * wq:r * wq + out_w]
                         ob = ((b * n + f) * out_h + y + r) * out_w
-                        dst = out[ob:ob + out_w]
-                        if bn:
-                            normalize_activate_store_row(row, dst, bn_mean[f], bn_divisor[f],
-                                                         scales[f], biases[f], act)
-                        else:
-                            add_bias_activate_store_row(row, dst, biases[f], act)
+                        _store_row(row, out[ob:ob + out_w], f, bn, bn_mean, bn_divisor, scales,
+                                   biases, act)
             by += nr
 
 
