@@ -22,10 +22,10 @@ the same values, held one layer at a time.
 The transforms run on numba's number of threads as Python threads calling GIL-free serial
 kernels over ranges of tile rows, not as numba prange kernels, whose parfor passes
 cost 1.5-3 s more of first-run compile each; the 36 GEMMs of a layer too when they are large,
-each thread running BLAS single-threaded, else in one stacked matmul (winograd_gemms). At
-inference, on large maps with few filters (pipelined), the three phases instead run chunk by
-chunk of tile rows, each chunk on one thread from start to end (_pipelined): one hand-over to
-the helper threads per layer.
+each thread running BLAS single-threaded, else in one stacked matmul (winograd_gemms). On
+large maps with few filters (pipelined), at inference and in training (the forward and the
+input gradient), the three phases instead run chunk by chunk of tile rows, each chunk on one
+thread from start to end (_pipelined): one hand-over to the helper threads per layer.
 """
 import itertools
 import threading
@@ -57,7 +57,7 @@ VARIANTS = {4: (G_KRON, winograd_input_cpu, winograd_output_cpu),
 SPLIT_GEMMS_FROM = 1 << 16
 # ranges of tile rows or GEMMs per thread in on_threads
 TASKS_PER_THREAD = 4
-# an inference pass is pipelined (_pipelined) on images of at least this many tiles; each
+# a pass is pipelined (_pipelined) on images of at least this many tiles; each
 # image's tile rows are cut into this many chunks (fewer when it has fewer rows)
 PIPELINE_MIN_TILES = 128
 PIPELINE_CHUNKS = 8
@@ -146,14 +146,15 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
     """out (+)= the 3x3 convolution of x (batch x c x h x w) at padding `pad` with the filters
     transformed into U ((m + 2)^2 x c x n) through F(m x m, 3x3): input transform, the GEMMs,
     output transform. With `per_image` (inference) one image's tiles at a time: its outputs
-    must not depend on its slot in the batch (BATCH_GEMM_MAX_N in conv_plan.py)."""
+    must not depend on its slot in the batch (BATCH_GEMM_MAX_N in conv_plan.py); the pipelined
+    layers take each image's chunks on their own at inference and in training alike."""
     _, input_kernel, output_kernel = VARIANTS[m]
     k2, n = U.shape[0], U.shape[2]
     th, tw = tiles_of(out_h, out_w, m)
     tiles = batch * th * tw
     scratch = scratch_of(net)
     first = U.size if scratch.in_arena(U) else 0
-    if per_image and pipelined(th * tw, n):
+    if pipelined(th * tw, n):
         # a V and an M of one chunk's tiles for each thread (_pipelined)
         slots, chunk_tiles = _threads(), -(-th // PIPELINE_CHUNKS) * tw
         _, V, M = scratch.parts(first, slots * chunk_tiles * k2 * c,
@@ -178,11 +179,14 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
 
 
 def pipelined(tiles_per_image, n) -> bool:
-    """Whether an inference pass runs as _pipelined: its filters' transform is no larger than
-    one image's transformed tiles (n <= tiles) and an image has PIPELINE_MIN_TILES tiles; on
-    the other layers (small maps, many filters) each chunk's GEMMs would stream all of U again,
-    and they take the three phases over the whole image (measured on a 2-core Xeon, 2026-12-04:
-    yolov3-tiny's 13x13 and 26x26 layers 0.2-0.5 ms slower pipelined)."""
+    """Whether a pass (inference, or a training forward or input gradient) runs as _pipelined:
+    its filters' transform is no larger than one image's transformed tiles (n <= tiles) and an
+    image has PIPELINE_MIN_TILES tiles; on the other layers (small maps, many filters) each
+    chunk's GEMMs would stream all of U again, and they take the three phases over the whole
+    image (measured on a 2-core Xeon, 2026-12-04: yolov3-tiny's 13x13 and 26x26 layers 0.2-0.5
+    ms slower pipelined). In training (since 2026-12-04) too: yolov4-tiny's batch-8 step
+    1186 -> 1129 ms (layers 2 and 10 and their input gradients; three interleaved runs of 5
+    steps), its whole-batch V and M (50 MB each on layer 2) no longer written at each step."""
     return tiles_per_image >= PIPELINE_MIN_TILES and n <= tiles_per_image
 
 
