@@ -78,13 +78,14 @@ def short(net):
 
 @pytest.mark.parametrize("name,infer,train", [
     ("yolov3-tiny", "0:D 2:D 4:W4 6:W4 8:W4 10:W2 12:W2 14:W2 21:W4",
-     "0:D 2:D 4:I 6:I 8:I 10:I 12:I 14:I 21:W4"),
+     "0:D 2:D 4:W4 6:W4 8:I 10:I 12:I 14:I 21:W4"),
     ("yolov4-tiny", "0:D2 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:W2 28:W2 35:W4",
-     "0:I 1:I 2:W4 4:D 5:D 10:W4 12:I 13:I 18:W4 20:I 21:I 26:I 28:I 35:W4")])
+     "0:I 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:I 21:I 26:I 28:I 35:W4")])
 def test_official_paths_as_recorded(name, infer, train):
     """The paths recorded before the planner existed (at 9d2b488; the 1x1 layers left out):
     moving the thresholds changed none; since 2026-12-04 yolov4-tiny's first layer takes the
-    stride-2 direct kernel at inference."""
+    stride-2 direct kernel at inference, and in training the layers whose passes pipeline take
+    Winograd (yolov3-tiny's 4 and 6, yolov4-tiny's 12 and 13)."""
     import darknumba as dn
     net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
     assert short(net) == infer
@@ -126,6 +127,12 @@ def test_thresholds_at_their_edges():
     assert (plan(mid, False), plan(mid, True)) == (ConvPath.WINOGRAD4X4, ConvPath.IM2COL)
     big = conv(26, 256, 512)                    # 1.6 BFLOPs
     assert plan(big, True) is ConvPath.WINOGRAD4X4
+    # ... or what inference takes where both training passes pipeline: 169 tiles (52x52) from
+    # PIPELINE_MIN_TILES = 128 on, no more channels than tiles either way
+    assert plan(conv(52, 64, 64), True) is ConvPath.WINOGRAD4X4         # 0.2 BFLOPs
+    assert plan(conv(52, 64, 170), True) is ConvPath.IM2COL              # n > tiles
+    assert plan(conv(44, 64, 64), True) is ConvPath.IM2COL               # 121 tiles
+    assert conv_plan.train_pipelined(conv(52, 64, 64))
     # 1x1: the input is the column matrix, but strided (Darknet's misread only under compat=)
     assert plan(conv(20, 64, 32, size=1, pad=0), False) is ConvPath.ONE_BY_ONE
     assert plan(conv(20, 64, 32, size=1, stride=2, pad=0), False) is ConvPath.IM2COL

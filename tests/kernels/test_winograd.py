@@ -294,10 +294,13 @@ def test_small_map_takes_f2_within_1e5_of_exact(rng, tmp_path, bn):
     assert not use_winograd(fast.layers[0], training=True)
 
 
-@pytest.mark.parametrize("name,want", [("yolov4-tiny", [2, 10, 18, 35]), ("yolov3-tiny", [21])])
+@pytest.mark.parametrize("name,want", [("yolov4-tiny", [2, 10, 12, 13, 18, 35]),
+                                       ("yolov3-tiny", [4, 6, 21])])
 def test_training_threshold_takes_the_large_layers_only(name, want):
-    """In training only the 0.6+ BFLOPs layers from 26x26 on take it (the smaller ones made
-    a training step slower), for the forward and the input gradient alike."""
+    """In training only the 0.6+ BFLOPs layers from 26x26 on take it, and those inference
+    takes whose two training passes run pipelined (64 -> 64 at 52x52, 32 -> 64 at 104x104;
+    conv_plan.train_pipelined); the other small ones made a training step slower. For the
+    forward and the input gradient alike."""
     import darknumba as dn
     from darknumba.layers.conv_plan import use_winograd, winograd_eligible
     net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
@@ -360,13 +363,14 @@ def test_pipelined_layers_within_1e4_of_exact_whatever_the_threads(rng, tmp_path
     layers: within 1e-4 of the exact path and 1e-6 of the three-phase pass, and the same
     floats on helper threads as on this thread alone, at batch 2 as for each image alone."""
     import darknumba.layers.conv_winograd as cw
+    from darknumba.layers import conv_plan
     x = rng.uniform(0, 1, (2, 20, 30, 30)).astype(np.float32)
     exact, phased = nets(small_cfg(tmp_path, bn))
     want, three_phase = exact.predict(x).copy(), phased.predict(x).copy()
     calls = []
     real = cw._pipelined
     monkeypatch.setattr(cw, "_pipelined", lambda *a: calls.append(a[-4]) or real(*a))
-    monkeypatch.setattr(cw, "PIPELINE_MIN_TILES", 0)
+    monkeypatch.setattr(conv_plan, "PIPELINE_MIN_TILES", 0)
     fast = nets(small_cfg(tmp_path, bn))[1]
     got = fast.predict(x).copy()
     assert calls == [2, 2]                      # layers 0 and 1, each at batch 2
@@ -658,7 +662,7 @@ def test_forward_path_at_the_real_threshold_names_how_each_convolution_runs():
     says what forward does: at inference yolov4-tiny's 13x13 layers through F(2x2), the larger
     ones through F(4x4), 32 -> 32 direct, the first (3 -> 32, stride 2) through the stride-2
     direct kernel, 1x1 and 32 -> 64 stride 2 as Darknet does; in training the small Winograd
-    layers and the first go back to im2col + GEMM."""
+    layers that do not pipeline (26x26 and below) and the first go back to im2col + GEMM."""
     import darknumba as dn
     from darknumba.train.timing import profile_forward, unit_rolling_variance
     net = dn.load_network(str(ROOT / "cfg" / "yolov4-tiny.cfg"), batch=1, exact=False)
@@ -670,7 +674,7 @@ def test_forward_path_at_the_real_threshold_names_how_each_convolution_runs():
     for i, path in want.items():
         assert table[1 + i].split()[:3] == [str(i), "convolutional", path]
     net.train = True
-    assert [net.layers[i].forward_path(net) for i in (0, 2, 12, 26)] == \
-        ["im2col", "winograd4x4", "im2col", "im2col"]
+    assert [net.layers[i].forward_path(net) for i in (0, 2, 12, 20, 26)] == \
+        ["im2col", "winograd4x4", "winograd4x4", "im2col", "im2col"]
     exact = dn.load_network(str(ROOT / "cfg" / "yolov4-tiny.cfg"), batch=1, exact=True)
     assert {exact.layers[i].forward_path(exact) for i in (2, 12, 26)} == {"im2col"}

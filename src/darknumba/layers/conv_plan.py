@@ -106,6 +106,14 @@ WINOGRAD_MIN_BFLOPS = 0.15
 # training keeps the earlier thresholds: 0.6 BFLOPs from 26x26 (49 tiles) on
 TRAIN_MIN_BFLOPS = 0.6
 TRAIN_MIN_TILES = 49
+# Winograd passes (inference, and in training the forward and the input gradient) on images of
+# at least this many F(4x4) tiles whose output channels are no more than the tiles run chunk
+# by chunk of tile rows, each chunk on one thread (conv_winograd._pipelined; `pipelined`). In
+# training, such layers take Winograd when inference does even below TRAIN_MIN_BFLOPS
+# (train_pipelined): yolov4-tiny's 64 -> 64 layers 12 and 13 at 52x52, its batch-8 step 0.96x
+# (1186-1222 -> 1138-1178 ms, three interleaved runs of 5 steps, 2-core Xeon, 2026-12-04);
+# yolov3-tiny's layers 4 and 6 as fast either way (0.98-1.01x)
+PIPELINE_MIN_TILES = 128
 # F(4x4) tiles per image below which inference takes F(2x2, 3x3) (kernels/winograd.py): on
 # 13x13 maps at batch 1 (16 tiles) it took 0.80-1.02 of F(4x4)'s time on yolov4-tiny's,
 # yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
@@ -153,7 +161,8 @@ WINOGRAD_CACHE_OF_WEIGHTS = 1.25
 THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "WINOGRAD_MIN_TILES",
               "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS", "TRAIN_MIN_BFLOPS",
               "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "WIDE_VECTORS_MIN_TILES",
-              "BATCH_GEMM_MAX_N", "WINOGRAD_CACHE_MIN_BYTES", "WINOGRAD_CACHE_OF_WEIGHTS")
+              "BATCH_GEMM_MAX_N", "WINOGRAD_CACHE_MIN_BYTES", "WINOGRAD_CACHE_OF_WEIGHTS",
+              "PIPELINE_MIN_TILES")
 
 
 def plan(l, training: bool, exact: bool = False) -> ConvPath:
@@ -211,16 +220,40 @@ def winograd_eligible(l, train=False) -> bool:
     """A 3x3 stride-1 convolution (no dilation, no groups, weights of its own, not xnor) large
     enough to pay: at inference WINOGRAD_MIN_TILES (WIDE_VECTORS_MIN_TILES with AVX-512),
     WINOGRAD_MIN_C, WINOGRAD_MIN_CN and WINOGRAD_MIN_BFLOPS, in training WINOGRAD_MIN_C,
-    TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS."""
+    TRAIN_MIN_TILES and TRAIN_MIN_BFLOPS, or what inference takes where both training passes
+    run pipelined (train_pipelined)."""
     if l.size != 3 or l.stride_x != 1 or l.stride_y != 1 or l.ext or l.groups != 1 \
             or l.share_layer is not None or l.c < WINOGRAD_MIN_C or getattr(l, "xnor", False):
         return False
     th, tw = tiles_of(l.out_h, l.out_w)
-    if train:
-        return l.bflops >= TRAIN_MIN_BFLOPS and th * tw >= TRAIN_MIN_TILES
     min_tiles = WIDE_VECTORS_MIN_TILES if wide_vectors() else WINOGRAD_MIN_TILES
-    return (l.c * l.n >= WINOGRAD_MIN_CN * (l.c + l.n) and l.bflops >= WINOGRAD_MIN_BFLOPS
-            and th * tw >= min_tiles)
+    at_inference = (l.c * l.n >= WINOGRAD_MIN_CN * (l.c + l.n)
+                    and l.bflops >= WINOGRAD_MIN_BFLOPS and th * tw >= min_tiles)
+    if train:
+        return (l.bflops >= TRAIN_MIN_BFLOPS and th * tw >= TRAIN_MIN_TILES) or (
+            at_inference and train_pipelined(l))
+    return at_inference
+
+
+def pipelined(tiles_per_image, n) -> bool:
+    """Whether a Winograd pass runs chunk by chunk (conv_winograd._pipelined): an image has
+    PIPELINE_MIN_TILES F(4x4) tiles and its `n` output channels' transformed filters are no
+    larger than one image's transformed tiles (n <= tiles); on the other layers (small maps,
+    many filters) each chunk's GEMMs would stream all of U again, and they take the three
+    phases over the whole image (measured on a 2-core Xeon, 2026-12-04: yolov3-tiny's 13x13
+    and 26x26 layers 0.2-0.5 ms slower pipelined). In training too since 2026-12-04:
+    yolov4-tiny's batch-8 step 1186 -> 1129 ms (layers 2 and 10 and their input gradients;
+    three interleaved runs of 5 steps), its whole-batch V and M (50 MB each on layer 2) no
+    longer written at each step."""
+    return tiles_per_image >= PIPELINE_MIN_TILES and n <= tiles_per_image
+
+
+def train_pipelined(l) -> bool:
+    """A 3x3 layer whose training passes both run pipelined: its forward (n output channels
+    over its output's tiles) and its input gradient (c over its input's)."""
+    th, tw = tiles_of(l.out_h, l.out_w)
+    ih, iw = tiles_of(l.h, l.w)
+    return pipelined(th * tw, l.n) and pipelined(ih * iw, l.c)
 
 
 def wide_vectors() -> bool:

@@ -39,7 +39,7 @@ from ..kernels.winograd import (G, G2, tiles_of, winograd2_input_cpu, winograd2_
                                 winograd_filters_cpu, winograd_input_cpu, winograd_output_cpu)
 from ..blas_threads import blas_single_threaded, blas_thread_counts
 from .base import scratch_of
-from .conv_plan import winograd_tile
+from .conv_plan import PIPELINE_MIN_TILES, pipelined, winograd_tile  # noqa: F401 (tests)
 
 # U[a * 6 + b] = sum over i, j of G[a, i] G[b, j] g[i, j]: the filter transform G g G^T of a
 # 3x3 filter g (row-major, 9 values) as one 36 x 9 matrix
@@ -57,9 +57,8 @@ VARIANTS = {4: (G_KRON, winograd_input_cpu, winograd_output_cpu),
 SPLIT_GEMMS_FROM = 1 << 16
 # ranges of tile rows or GEMMs per thread in on_threads
 TASKS_PER_THREAD = 4
-# a pass is pipelined (_pipelined) on images of at least this many tiles; each
-# image's tile rows are cut into this many chunks (fewer when it has fewer rows)
-PIPELINE_MIN_TILES = 128
+# each image's tile rows are cut into this many chunks in a pipelined pass (_pipelined;
+# conv_plan.pipelined says which; fewer when it has fewer rows)
 PIPELINE_CHUNKS = 8
 
 
@@ -176,18 +175,6 @@ def _winograd_conv(net, x, batch, c, h, w, pad, U, out, out_h, out_w, accumulate
         winograd_gemms(V, U, M)
     on_threads(lambda r0, r1: output_kernel(M, n, out_h, out_w, th, tw, out, r0, r1,
                                             accumulate, 0), batch * th)
-
-
-def pipelined(tiles_per_image, n) -> bool:
-    """Whether a pass (inference, or a training forward or input gradient) runs as _pipelined:
-    its filters' transform is no larger than one image's transformed tiles (n <= tiles) and an
-    image has PIPELINE_MIN_TILES tiles; on the other layers (small maps, many filters) each
-    chunk's GEMMs would stream all of U again, and they take the three phases over the whole
-    image (measured on a 2-core Xeon, 2026-12-04: yolov3-tiny's 13x13 and 26x26 layers 0.2-0.5
-    ms slower pipelined). In training (since 2026-12-04) too: yolov4-tiny's batch-8 step
-    1186 -> 1129 ms (layers 2 and 10 and their input gradients; three interleaved runs of 5
-    steps), its whole-batch V and M (50 MB each on layer 2) no longer written at each step."""
-    return tiles_per_image >= PIPELINE_MIN_TILES and n <= tiles_per_image
 
 
 def _pipelined(x, c, h, w, pad, th, tw, U, Vs, Ms, out, out_h, out_w, batch, accumulate,
