@@ -324,3 +324,36 @@ def test_yolo_layer_ignores_what_follows_the_end_of_a_box_list():
                           w=40, h=40, index=4)
     l.forward(net)
     assert l.stats["count"] <= 1
+
+
+# -- [route]'s copies at batch > 1 -----------------------------------------------------------------
+def test_copy_parts_against_numpy_and_refuses_parts_outside_their_buffers():
+    """copy_parts_cpu copies (or adds) each image's part as numpy's strided copy does, the same
+    floats, writing nowhere else; a part or a batch beyond either buffer is refused before
+    anything is written."""
+    from darknumba.kernels.blas import copy_parts_cpu
+    rng = np.random.default_rng(7)
+    batch, src_size, dst_size, first, part, offset = 3, 1000, 1500, 200, 700, 650
+    src = rng.standard_normal(batch * src_size).astype(f32)
+    for add in (False, True):
+        before = rng.standard_normal(batch * dst_size).astype(f32)
+        dst, big = guarded(before.size, fill=0.0)
+        dst[:] = before
+        copy_parts_cpu(src, src_size, first, part, dst, dst_size, offset, batch, add)
+        want = before.reshape(batch, dst_size).copy()
+        part_src = src.reshape(batch, src_size)[:, first:first + part]
+        if add:
+            want[:, offset:offset + part] += part_src
+        else:
+            want[:, offset:offset + part] = part_src
+        np.testing.assert_array_equal(dst.reshape(batch, dst_size), want)
+        assert guards_intact(big)
+    for bad in ((first + 301, part, offset), (first, part, offset + 151),
+                (-1, part, offset), (first, part, -1)):
+        dst = np.zeros(batch * dst_size, f32)
+        with pytest.raises(ValueError, match="outside its buffer"):
+            copy_parts_cpu(src, src_size, bad[0], bad[1], dst, dst_size, bad[2], batch, False)
+        assert not dst.any()
+    with pytest.raises(ValueError, match="outside its buffer"):
+        copy_parts_cpu(src, src_size, first, part, np.zeros(dst_size, f32), dst_size, offset,
+                       batch, False)

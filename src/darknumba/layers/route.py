@@ -11,6 +11,7 @@ backward is the same with or without it.
 """
 import numpy as np
 
+from ..kernels.blas import copy_parts_cpu
 from .base import Layer
 
 
@@ -82,16 +83,23 @@ class RouteLayer(Layer):
         self.h, self.w, self.c = self.out_h, self.out_w, self.out_c
 
     def forward(self, net):
-        """forward_route_layer: each source's part of every image in one strided copy (numpy's
-        memcpy of each row outruns a parallel kernel on this memory-bound move); nothing for
-        the parts share_outputs put in place."""
+        """forward_route_layer: each source's part of every image copied in; nothing for the
+        parts share_outputs put in place. At batch 1 one numpy copy; at batch > 1 the images'
+        runs in blocks on every thread (blas.copy_parts_cpu): yolov4-tiny's batch-8 training
+        step 0.96x (1224-1269 -> 1190-1203 ms, three interleaved runs of 5 steps, 2-core Xeon,
+        2026-12-04; a 44 MB route alone 1.83 against 3.21 ms)."""
         out = self.output.reshape(self.batch, self.outputs)
         offset = 0
         for k, (idx, size) in enumerate(zip(self.input_layers, self.input_sizes)):
             src = net.layers[idx].output
             part = size // self.groups
-            if not self._in_place(src, k):
-                first = part * self.group_id
+            first = part * self.group_id
+            if self._in_place(src, k):
+                pass
+            elif self.batch > 1:
+                copy_parts_cpu(src, size, first, part, self.output, self.outputs, offset,
+                               self.batch, False)
+            else:
                 out[:, offset:offset + part] = _images(src, self.batch, size)[:, first:first + part]
             offset += part
 
@@ -110,8 +118,12 @@ class RouteLayer(Layer):
         for idx, size in zip(self.input_layers, self.input_sizes):
             part = size // self.groups
             first = part * self.group_id
-            dst = _images(net.layers[idx].delta, self.batch, size)[:, first:first + part]
-            dst += delta[:, offset:offset + part]
+            if self.batch > 1:          # as forward: blocks of every image on every thread
+                copy_parts_cpu(self.delta, self.outputs, offset, part, net.layers[idx].delta,
+                               size, first, self.batch, True)
+            else:
+                dst = _images(net.layers[idx].delta, self.batch, size)[:, first:first + part]
+                dst += delta[:, offset:offset + part]
             offset += part
 
     def describe(self):

@@ -104,6 +104,8 @@ def forward_kernels(l, net) -> list:
         return [l.forward_kernel()]
     if t == "upsample":
         return [blas.upsample_cpu]
+    if t == "route":                # its copies at batch > 1 (at batch 1 numpy's, or none)
+        return [blas.copy_parts_cpu] if l.batch > 1 else []
     if t == "shortcut":
         return [blas.shortcut_same_cpu]
     if t == "yolo":
