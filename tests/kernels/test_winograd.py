@@ -415,7 +415,7 @@ def test_transforms_refuse_tile_rows_outside_their_buffer(rng):
 
 
 def test_pipelined_only_where_the_filters_are_no_larger_than_the_tiles():
-    from darknumba.layers.conv_winograd import PIPELINE_MIN_TILES, pipelined
+    from darknumba.layers.conv_plan import PIPELINE_MIN_TILES, pipelined
     assert pipelined(676, 64) and pipelined(169, 128)        # yolov3-tiny's 104x104, 52x52
     assert not pipelined(49, 256) and not pipelined(49, 1024)  # its 26x26 and 13x13
     assert not pipelined(PIPELINE_MIN_TILES - 1, 1)

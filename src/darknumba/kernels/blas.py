@@ -15,6 +15,7 @@ from .twins import twins
 # blocks each image's run is cut into by copy_parts_cpu
 COPY_BLOCKS = 16
 
+
 @njit(cache=True, inline="always")
 def c_reciprocal(x):
     """1 / x with C's float semantics: 1/0 = inf (numba raises ZeroDivisionError instead).

@@ -415,6 +415,11 @@ def flip_weights(weights, n, c, size, flipped):
 _NONE = np.empty(0, np.float32)
 
 
+def _arr(a):
+    """An optional array for the kernels: empty ("off") when not given."""
+    return _NONE if a is None else a
+
+
 def conv3x3_direct(x, batch, c, h, w, weights, n, pad, out, *, accumulate=False, bn_mean=None,
                    bn_divisor=None, scales=None, biases=None, act=0, stats_mean=None,
                    stats_variance=None):
@@ -424,18 +429,14 @@ def conv3x3_direct(x, batch, c, h, w, weights, n, pad, out, *, accumulate=False,
     what is not given is off (the kernel reads an empty array as "off"; without statistics
     or accumulation, as at inference, they are passed as None: the lean signature, compiled
     without their code)."""
-    def arr(a):
-        return _NONE if a is None else a
     lean = stats_mean is None and not accumulate
-    conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, arr(bn_mean),
-                       arr(bn_divisor), arr(scales), arr(biases), act,
-                       None if lean else arr(stats_mean), None if lean else arr(stats_variance))
+    conv3x3_direct_cpu(x, batch, c, h, w, weights, n, pad, out, accumulate, _arr(bn_mean),
+                       _arr(bn_divisor), _arr(scales), _arr(biases), act,
+                       None if lean else _arr(stats_mean), None if lean else _arr(stats_variance))
 
 
 def conv3x3s2_direct(x, batch, c, h, w, weights, n, pad, out, *, bn_mean=None, bn_divisor=None,
                      scales=None, biases, act=0):
     """conv3x3s2_direct_cpu with batch norm optional (`bn_mean`, `bn_divisor`, `scales`)."""
-    conv3x3s2_direct_cpu(x, batch, c, h, w, weights, n, pad, out,
-                         _NONE if bn_mean is None else bn_mean,
-                         _NONE if bn_divisor is None else bn_divisor,
-                         _NONE if scales is None else scales, biases, act)
+    conv3x3s2_direct_cpu(x, batch, c, h, w, weights, n, pad, out, _arr(bn_mean),
+                         _arr(bn_divisor), _arr(scales), biases, act)

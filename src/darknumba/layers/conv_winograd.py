@@ -39,7 +39,7 @@ from ..kernels.winograd import (G, G2, tiles_of, winograd2_input_cpu, winograd2_
                                 winograd_filters_cpu, winograd_input_cpu, winograd_output_cpu)
 from ..blas_threads import blas_single_threaded, blas_thread_counts
 from .base import scratch_of
-from .conv_plan import PIPELINE_MIN_TILES, pipelined, winograd_tile  # noqa: F401 (tests)
+from .conv_plan import pipelined, winograd_tile
 
 # U[a * 6 + b] = sum over i, j of G[a, i] G[b, j] g[i, j]: the filter transform G g G^T of a
 # 3x3 filter g (row-major, 9 values) as one 36 x 9 matrix
@@ -210,11 +210,11 @@ def _pipelined(x, c, h, w, pad, th, tw, U, Vs, Ms, out, out_h, out_w, batch, acc
 def on_threads(work, n):
     """work(i0, i1) over [0, n) in TASKS_PER_THREAD ranges per thread (on_helpers); the ranges
     are disjoint, so each range's writes are its own."""
-    helpers = _helpers()
-    if helpers is None or n < 2:
+    threads = _threads()
+    if threads == 1 or n < 2:
         work(0, n)
         return
-    step = -(-n // min(n, (helpers[1] + 1) * TASKS_PER_THREAD))
+    step = -(-n // min(n, threads * TASKS_PER_THREAD))
     on_helpers(work, [(i, min(n, i + step)) for i in range(0, n, step)])
 
 

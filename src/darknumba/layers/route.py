@@ -94,12 +94,10 @@ class RouteLayer(Layer):
             src = net.layers[idx].output
             part = size // self.groups
             first = part * self.group_id
-            if self._in_place(src, k):
-                pass
-            elif self.batch > 1:
+            if self.batch > 1:          # never shared (share_outputs): copied on every thread
                 copy_parts_cpu(src, size, first, part, self.output, self.outputs, offset,
                                self.batch, False)
-            else:
+            elif not self._in_place(src, k):
                 out[:, offset:offset + part] = _images(src, self.batch, size)[:, first:first + part]
             offset += part
 
