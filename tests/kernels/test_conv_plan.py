@@ -79,12 +79,13 @@ def short(net):
 @pytest.mark.parametrize("name,infer,train", [
     ("yolov3-tiny", "0:D 2:D 4:W4 6:W4 8:W4 10:W2 12:W2 14:W2 21:W4",
      "0:D 2:D 4:W4 6:W4 8:I 10:I 12:I 14:I 21:W4"),
-    ("yolov4-tiny", "0:D2 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:W2 28:W2 35:W4",
+    ("yolov4-tiny", "0:D2 1:D2 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:W4 21:W4 26:W2 28:W2 35:W4",
      "0:I 1:I 2:W4 4:D 5:D 10:W4 12:W4 13:W4 18:W4 20:I 21:I 26:I 28:I 35:W4")])
 def test_official_paths_as_recorded(name, infer, train):
     """The paths recorded before the planner existed (at 9d2b488; the 1x1 layers left out):
     moving the thresholds changed none; since 2026-12-04 yolov4-tiny's first layer takes the
-    stride-2 direct kernel at inference, and in training the layers whose passes pipeline take
+    stride-2 direct kernel at inference (and its second, without full-width AVX-512, since
+    2026-12-07), and in training the layers whose passes pipeline take
     Winograd (yolov3-tiny's 4 and 6, yolov4-tiny's 12 and 13)."""
     import darknumba as dn
     net = dn.load_network(str(ROOT / "cfg" / f"{name}.cfg"), batch=1, exact=False)
@@ -111,10 +112,22 @@ def test_avx512_leaves_the_small_maps_to_im2col(monkeypatch, name, infer):
     # what the host says, read once (the suite pins it off: tests/conftest.py avx2_plan)
     monkeypatch.setattr(conv_plan, "_WIDE_VECTORS", None)
     from llvmlite import binding
-    assert conv_plan.wide_vectors() == bool(binding.get_host_cpu_features().get("avx512f"))
+    assert conv_plan.wide_vectors() == conv_plan.full_width_avx512(
+        binding.get_host_cpu_name(), binding.get_host_cpu_features())
 
 
-def test_thresholds_at_their_edges():
+def test_half_width_avx512_takes_the_avx2_rules():
+    """Zen 4 (LLVM's "znver4") splits each 512-bit operation in two: the AVX2 rules there; a
+    Sapphire Rapids or a Skylake-X with AVX-512 the wide ones; no AVX-512, the AVX2 ones."""
+    avx512 = {"avx512f": True, "avx2": True}
+    assert not conv_plan.full_width_avx512("znver4", avx512)
+    assert conv_plan.full_width_avx512("sapphirerapids", avx512)
+    assert conv_plan.full_width_avx512("skylake-avx512", avx512)
+    assert not conv_plan.full_width_avx512("znver3", {"avx2": True})
+    assert not conv_plan.full_width_avx512("sapphirerapids", {"avx512f": False})
+
+
+def test_thresholds_at_their_edges(monkeypatch):
     # a 13x13 map (16 4x4 tiles < WINOGRAD_F2_BELOW) takes F(2x2) at inference; in training
     # it has too few tiles (TRAIN_MIN_TILES) and runs im2col; 19x19 (25 tiles) takes F(4x4)
     small = conv(13, 256, 512)
@@ -144,12 +157,16 @@ def test_thresholds_at_their_edges():
     assert plan(conv(104, 32, 33), False) is not ConvPath.DIRECT
     assert plan(conv(104, 32, 32, compat="darknet-cpu"), False) is ConvPath.IM2COL
     assert plan(conv(104, 33, 32), False) is not ConvPath.DIRECT
-    # stride 2: K up to DIRECT_MAX_K (no allowance for few filters), at inference only
+    # stride 2, at inference only: K up to DIRECT_S2_MAX_K_NARROW (the suite plans as without
+    # full-width AVX-512: conftest.py), up to DIRECT_MAX_K with it
     assert (plan(conv(416, 3, 32, stride=2), False), plan(conv(416, 3, 32, stride=2), True)) \
         == (ConvPath.DIRECT_S2, ConvPath.IM2COL)
+    assert plan(conv(52, 32, 64, stride=2), False) is ConvPath.DIRECT_S2
+    assert plan(conv(52, 33, 16, stride=2), False) is ConvPath.IM2COL
+    assert plan(conv(52, 3, 16, size=5, stride=2, pad=2), False) is ConvPath.IM2COL
+    monkeypatch.setattr(conv_plan, "_WIDE_VECTORS", True)
     assert plan(conv(52, 17, 64, stride=2), False) is ConvPath.DIRECT_S2
     assert plan(conv(52, 18, 16, stride=2), False) is ConvPath.IM2COL
-    assert plan(conv(52, 3, 16, size=5, stride=2, pad=2), False) is ConvPath.IM2COL
 
 
 def test_only_the_planner_defines_a_threshold():

@@ -133,8 +133,9 @@ def test_layer_direct_path_equals_gemm_path(rng, monkeypatch, tmp_path, bn):
     x = rng.uniform(0, 1, (2, 3, 10, 12)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, 5 * 10 * 12)).astype(np.float32)
     runs = []
-    for limit in (conv_plan.DIRECT_MAX_K, 0):
-        monkeypatch.setattr(conv_plan, "DIRECT_MAX_K", limit)
+    for limit in (True, False):
+        for name in ("DIRECT_MAX_K", "DIRECT_S2_MAX_K_NARROW"):
+            monkeypatch.setattr(conv_plan, name, getattr(conv_plan, name) if limit else 0)
         monkeypatch.setattr(conv_plan, "DIRECT_MAX_K_FEW_FILTERS", limit)
         net = dn.parse_network_cfg(str(cfg), seed=3)
         assert net.layers[1]._direct_thin() == (limit > 0)
@@ -241,8 +242,9 @@ def test_layer_direct_s2_at_inference_equals_gemm_path(rng, monkeypatch, tmp_pat
     x = rng.uniform(0, 1, (2, 3, 14, 23)).astype(np.float32)
     truth = rng.uniform(0, 1, (2, 5 * 4 * 6)).astype(np.float32)
     runs = []
-    for limit in (conv_plan.DIRECT_MAX_K, 0):
-        monkeypatch.setattr(conv_plan, "DIRECT_MAX_K", limit)
+    for limit in (True, False):
+        for name in ("DIRECT_MAX_K", "DIRECT_S2_MAX_K_NARROW"):
+            monkeypatch.setattr(conv_plan, name, getattr(conv_plan, name) if limit else 0)
         net = dn.parse_network_cfg(str(cfg), seed=4)
         want = conv_plan.ConvPath.DIRECT_S2 if limit else conv_plan.ConvPath.IM2COL
         assert [conv_plan.plan(l, False) for l in net.layers[:2]] == [want, want]

@@ -16,7 +16,8 @@ The rules, in the order plan applies them:
      binarised weights and input, but never Winograd;
   1. DIRECT: a thin 3x3 stride-1 convolution (direct_thin: DIRECT_MAX_K, and
      DIRECT_MAX_K_FEW_FILTERS for few filters), in training and at inference alike;
-     DIRECT_S2: at inference, a thin 3x3 stride-2 convolution (direct_strided: DIRECT_MAX_K);
+     DIRECT_S2: at inference, a thin 3x3 stride-2 convolution (direct_strided: DIRECT_MAX_K,
+     DIRECT_S2_MAX_K_NARROW without full-width AVX-512);
   2. WINOGRAD4X4 / WINOGRAD2X2: a large enough 3x3 stride-1 convolution, not exact, not under
      compat= (use_winograd; the inference and training rules differ), F(2x2) at inference on
      small maps (winograd_tile);
@@ -78,8 +79,13 @@ FEW_FILTERS = 32
 # read contiguous runs) up to the same DIRECT_MAX_K: yolov4-tiny's first layer (3 -> 32 at 416,
 # K = 27) took 0.85 ms against 1.2 on im2col + GEMM with its batch-norm sweep (2-core Xeon,
 # AVX-512, 2026-12-04, 2 threads, medians of 40); its second (32 -> 64, K = 288) 3.2 against
-# 2.8, so the few-filter allowance does not apply. Training keeps im2col + GEMM (the weight
-# gradient needs the column matrix)
+# 2.8, so the few-filter allowance does not apply there. Where AVX-512 runs at half width
+# (wide_vectors False: Zen 4, AVX2) the GEMM is slower and it does, up to
+# DIRECT_S2_MAX_K_NARROW: the same layer 3.61-3.68 ms against 4.21-4.27 on im2col (2-core EPYC
+# Zen 4, 2026-12-07, medians of 60, 4 interleaved runs; the next layer's Winograd 0.1 ms
+# slower, the whole forward 33.4-33.6 against 34.0-34.4 in 3 of the 4). Training keeps
+# im2col + GEMM (the weight gradient needs the column matrix)
+DIRECT_S2_MAX_K_NARROW = 288
 
 # -- Winograd ----------------------------------------------------------------------------------
 # Where Winograd pays, measured per layer in a network's sequence (at a99f427, medians of
@@ -119,7 +125,7 @@ PIPELINE_MIN_TILES = 128
 # yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
 # 1.07-1.11x, from 26x26 on 1.05-1.12x
 WINOGRAD_F2_BELOW = 25
-# ... but on CPUs with AVX-512 (wide_vectors), whose GEMMs run twice as many multiply-adds a
+# ... but on CPUs with full-width AVX-512 (wide_vectors), whose GEMMs run twice as many multiply-adds a
 # cycle while the transforms stay bound by memory, those small maps take im2col + GEMM: on a
 # 2-core Xeon (2026-12-04, 2 threads, medians of 40) F(2x2) took 1.08-1.2x im2col's time on
 # yolov3-tiny's and yolov4-tiny's 13x13 layers, the whole yolov3-tiny forward 0.97x without
@@ -158,9 +164,9 @@ WINOGRAD_CACHE_MIN_BYTES = 96 << 20
 WINOGRAD_CACHE_OF_WEIGHTS = 1.25
 
 # the names above: tests/kernels/test_conv_plan.py checks that no other module defines them
-THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "WINOGRAD_MIN_TILES",
-              "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS", "TRAIN_MIN_BFLOPS",
-              "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "WIDE_VECTORS_MIN_TILES",
+THRESHOLDS = ("DIRECT_MAX_K", "DIRECT_MAX_K_FEW_FILTERS", "FEW_FILTERS", "DIRECT_S2_MAX_K_NARROW",
+              "WINOGRAD_MIN_TILES", "WINOGRAD_MIN_C", "WINOGRAD_MIN_CN", "WINOGRAD_MIN_BFLOPS",
+              "TRAIN_MIN_BFLOPS", "TRAIN_MIN_TILES", "WINOGRAD_F2_BELOW", "WIDE_VECTORS_MIN_TILES",
               "BATCH_GEMM_MAX_N", "WINOGRAD_CACHE_MIN_BYTES", "WINOGRAD_CACHE_OF_WEIGHTS",
               "PIPELINE_MIN_TILES")
 
@@ -203,8 +209,9 @@ def direct_thin(l) -> bool:
 def direct_strided(l) -> bool:
     """A thin 3x3 stride-2 convolution computed directly at inference (DIRECT_MAX_K): the same
     sums as the GEMM path up to float32 rounding of their order."""
+    max_k = DIRECT_MAX_K if wide_vectors() else DIRECT_S2_MAX_K_NARROW
     return (l.size == 3 and l.stride == 2 and l.groups == 1 and l.pad <= 2 and not l.ext
-            and l.c * 9 <= DIRECT_MAX_K)
+            and l.c * 9 <= max_k)
 
 
 def direct_1x1(l) -> bool:
@@ -257,16 +264,32 @@ def train_pipelined(l) -> bool:
 
 
 def wide_vectors() -> bool:
-    """Whether this CPU has AVX-512 (LLVM's reading of the host, as numba compiles for it):
-    there inference leaves the small maps to im2col (WIDE_VECTORS_MIN_TILES). Read once."""
+    """Whether this CPU runs AVX-512 at full width (LLVM's reading of the host, as numba
+    compiles for it): there inference leaves the small maps to im2col (WIDE_VECTORS_MIN_TILES).
+    AMD's Zen 4 (LLVM's "znver4") has AVX-512 but executes each 512-bit instruction as two
+    256-bit halves, so its GEMMs run no more multiply-adds a cycle than with AVX2: there F(2x2)
+    wins on 13x13 maps as on AVX2 (measured on a 2-core EPYC Zen 4, 2026-12-07, medians of 40
+    forwards, 3 interleaved runs: yolov3-tiny 31.3-32.9 ms with the AVX-512 rule, 27.6-28.7
+    without; yolov4-tiny 35.5-41.3 against 32.9-36.5). Read once."""
     global _WIDE_VECTORS
     if _WIDE_VECTORS is None:
         try:
             from llvmlite import binding
-            _WIDE_VECTORS = bool(binding.get_host_cpu_features().get("avx512f", False))
+            _WIDE_VECTORS = full_width_avx512(binding.get_host_cpu_name(),
+                                              binding.get_host_cpu_features())
         except Exception:        # noqa: BLE001 -- any failure to read the host: the AVX2 rules
             _WIDE_VECTORS = False
     return _WIDE_VECTORS
+
+
+# LLVM's names of CPUs whose AVX-512 units are 256 bits wide (each 512-bit operation split
+# in two): AMD Zen 4
+HALF_WIDTH_AVX512 = frozenset({"znver4"})
+
+
+def full_width_avx512(cpu_name: str, features) -> bool:
+    """AVX-512 present (LLVM's host features) on a CPU not known to split it in halves."""
+    return bool(features.get("avx512f", False)) and cpu_name not in HALF_WIDTH_AVX512
 
 
 _WIDE_VECTORS = None
