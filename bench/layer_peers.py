@@ -205,9 +205,11 @@ def table(dn_runs, ort_runs, top: int) -> list[str]:
             f"{'dn cpu':>9}{'ort ms':>9}{'ort min':>9}{'min dn-ort':>11}{'dn/ort':>8}  ort nodes"]
 
     def row(i, label, path, gflop, dn):
-        ratio = f"{dn[1] / ort_min[i]:8.2f}" if ort_min[i] > 0 else f"{'-':>8}"
-        return (f"{label:<20}{path:<12}{gflop:7.3f}{dn[0]:9.3f}{dn[1]:9.3f}{dn[2]:9.3f}"
-                f"{ort_ms[i]:9.3f}{ort_min[i]:9.3f}{dn[1] - ort_min[i]:11.3f}{ratio}")
+        # a space before every figure: a long one (a compile caught in a timing) widens its
+        # column instead of running into the one before
+        ratio = f"{dn[1] / ort_min[i]:7.2f}" if ort_min[i] > 0 else f"{'-':>7}"
+        return (f"{label:<20}{path:<12}{gflop:7.3f} {dn[0]:8.3f} {dn[1]:8.3f} {dn[2]:8.3f}"
+                f" {ort_ms[i]:8.3f} {ort_min[i]:8.3f} {dn[1] - ort_min[i]:10.3f} {ratio}")
     for i, l in enumerate(layers):
         rows.append(row(i, f"{i:5d} {l['type']:<14}", l["path"] or "-", l["gflop"],
                         (dn_wall[i], dn_min[i], dn_cpu[i])) + "  "

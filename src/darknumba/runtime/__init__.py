@@ -4,7 +4,9 @@ faster (cache_heal.py, cache_loads.py), the compile notice (compile_notice.py) a
 detector's first run on a cold cache (cold_start.py, numpy_forward.py, compile_ahead.py).
 
 Importing darknumba, or this package, changes nothing in the process: no environment
-variable, no collector setting, no BLAS or OpenMP setting, no process started.
+variable, no collector setting, no BLAS or OpenMP setting, no process started. (Importing its
+kernels makes numba stamp their cache entries with the modules they call,
+kernels/cache_stamp.py; other code's kernels are cached as before.)
 `configure()` applies what the engine runs best with; the `darknumba` command calls it as it
 starts, before numpy and numba load (cli/__init__.py), and a Detector when it is made.
 A program that embeds darknumba calls it when it wants the same:

@@ -17,6 +17,9 @@ every load. With `heal_numba_cache()` (runtime.configure, which the command and 
     compiled in memory for this run, with one line; NUMBA_CACHE_DIR set to a folder numba
     cannot write (numba then silently caches elsewhere) gets one line naming both.
 
+Which index entries are fresh is kernels/cache_stamp.py's: darknumba's kernels are stamped
+with their own file and every module of the package that uses numba.
+
 Nothing is deleted. Another CPU's versions in a shared index are numba's design (keyed by CPU
 name and features), not foreign: numba adds this CPU's beside them. numba's own internals
 (IndexDataCacheFile._load_index / _load_data, Cache._load_overload / save_overload) are the

@@ -14,15 +14,8 @@ program that imports darknumba keeps numba as it is.
 """
 from __future__ import annotations
 
-TESTED = ((0, 58), (0, 68))      # numba versions whose loading this was checked against
-
-
-def _version(text: str) -> tuple[int, int]:
-    try:
-        major, minor = text.split(".")[:2]
-        return int(major), int(minor)
-    except ValueError:
-        return (0, 0)
+# numba versions whose loading this was checked against, and numba's version as a pair
+from ..kernels.cache_stamp import TESTED, _version  # noqa: E402,F401 -- shared with cache_heal
 
 
 def skip_refresh_on_cache_loads() -> bool:

@@ -118,7 +118,9 @@ def in_cache(dispatcher) -> bool:
     """Whether numba's cache holds a compiled version of `dispatcher` for this CPU (its index
     is fresh and has an entry with this machine's target features). True when that cannot be
     told (another numba's internals): then nothing is assumed missing."""
+    from ..kernels.cache_stamp import stamp_dependencies
     try:
+        stamp_dependencies(dispatcher._cache)   # as the load would (kernels/cache_stamp.py)
         index = dispatcher._cache._cache_file._load_index()
         magic = dispatcher.targetctx.codegen().magic_tuple()
         return any(key[1] == magic for key in index)
