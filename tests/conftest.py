@@ -45,6 +45,14 @@ def avx2_plan(monkeypatch):
     monkeypatch.setattr(conv_plan, "_WIDE_VECTORS", False)
 
 
+@pytest.fixture
+def darknet_epilogues(monkeypatch):
+    """Darknet's inference epilogue in every network, exact or not (layers/batchnorm.py
+    fast_epilogue off): for tests that compare a path's sums bit for bit."""
+    from darknumba.layers import batchnorm
+    monkeypatch.setattr(batchnorm, "FAST_EPILOGUES", False)
+
+
 def golden_dir(name: str) -> Path:
     d = GOLDEN / name
     assert d.is_dir(), f"recorded C darknet fixture {d} is missing from the tree"

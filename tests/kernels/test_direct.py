@@ -78,7 +78,8 @@ def test_direct_batch_statistics_equal_a_separate_sweep(rng):
     np.testing.assert_allclose(v, rv, rtol=1e-6)
 
 
-@pytest.mark.parametrize("act", [0, 3, 7])      # logistic, linear, leaky
+# logistic, linear, leaky; linear and leaky with FAST (kernels/fused.py: d is then the factor)
+@pytest.mark.parametrize("act", [0, 3, 7, 3 | 64, 7 | 64])
 def test_direct_fused_epilogues_equal_the_separate_sweeps(rng, act):
     from darknumba.kernels.fused import batchnorm_bias_activate, bias_activate
     b, c, h, w, n, pad = 2, 3, 9, 11, 6, 1

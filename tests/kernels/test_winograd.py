@@ -516,14 +516,16 @@ def change_weights_three_ways(tmp_path, exact, others, told, x, truth, agree):
     agree()
 
 
-def test_layers_outside_the_budget_take_im2col_at_inference(rng, tmp_path, monkeypatch):
+def test_layers_outside_the_budget_take_im2col_at_inference(rng, tmp_path, monkeypatch,
+                                                            darknet_epilogues):
     """A network whose budget keeps no transformed filters (conv_plan.winograd_cached) runs
     those layers on im2col + GEMM at inference (transforming 4x the weights at every forward
     cost more than Winograd saves: yolov3's 512 -> 1024 layers at 608 took 1.6x im2col's time):
     the exact network's outputs bit for bit, layer by layer, no filters kept; in training they
     take Winograd, their filters made in the scratch arena at each pass, and after a step the
     inference outputs follow the new weights (an exact network loading them agrees bit for
-    bit). A network that keeps its filters stays within 1e-4 of both."""
+    bit; both with Darknet's epilogue, darknet_epilogues). A network that keeps its filters
+    stays within 1e-4 of both."""
     from darknumba.layers import conv_plan
     from darknumba.weights import load_weights, save_weights
     cfg = small_cfg(tmp_path)

@@ -1,6 +1,7 @@
 """Fused inference epilogues: the same float operations in the same order as Darknet's separate
 passes (normalize -> scale -> add bias -> activate), so results are identical, in one sweep
-over memory instead of four."""
+over memory instead of four; with FAST (networks not asked to be exact) the batch norm as one
+multiply-add and leaky in float32, within two roundings of those."""
 import math
 
 import numpy as np
@@ -11,6 +12,14 @@ from .blas import c_reciprocal
 from .twins import twins
 
 CHUNK = 4096
+# or'ed into LEAKY or LINEAR for the inference epilogues below when the network is not asked
+# to be exact (layers/batchnorm.py fast_epilogue): the batch norm as (x - mean) * factor + bias
+# with the channel's factor = scales / divisor computed once (passed where the divisor goes;
+# a multiplication instead of a division and a multiplication), leaky's 0.1 * x in float32
+# instead of float64. Each value within two float32 roundings of Darknet's sequence; measured
+# on 16 x 416 x 416 values (2 threads, EPYC Zen 4): 0.37 ms for Darknet's sweep, 0.23 with
+# the float32 leaky, 0.13 as a multiply-add
+FAST = 64
 
 
 @njit(cache=True, inline="always")
@@ -33,8 +42,16 @@ def normalize_activate_store_row(row, dst, m, d, s, bias, a):
     and the copy to dst in one loop for leaky and linear (per value the same operations, so
     the same results): measured 3x faster than the three sweeps over a row
     in L1 (their loads and stores, not the arithmetic, were the cost). The other activations
-    take the three sweeps."""
-    if a == LEAKY:
+    take the three sweeps. With FAST, d is the factor scale / divisor: (row - mean) * d + bias
+    (then scale is not read)."""
+    if a == LEAKY | FAST:                           # d is the factor scales / divisor
+        for k in range(row.size):
+            v = (row[k] - m) * d + bias
+            dst[k] = v if v > 0 else np.float32(0.1) * v
+    elif a == LINEAR | FAST:
+        for k in range(row.size):
+            dst[k] = (row[k] - m) * d + bias
+    elif a == LEAKY:
         for k in range(row.size):
             v = ((row[k] - m) / d) * s + bias
             dst[k] = v if v > 0 else np.float32(0.1 * np.float64(v))    # as activate_row
@@ -51,11 +68,15 @@ def normalize_activate_store_row(row, dst, m, d, s, bias, a):
 def add_bias_activate_store_row(row, dst, bias, a):
     """dst = act(row + bias) in one loop for leaky and linear (as normalize_activate_store_row);
     the other activations as add_bias_row, activate_row and a copy."""
-    if a == LEAKY:
+    if a == LEAKY | FAST:
+        for k in range(row.size):
+            v = row[k] + bias
+            dst[k] = v if v > 0 else np.float32(0.1) * v
+    elif a == LEAKY:
         for k in range(row.size):
             v = row[k] + bias
             dst[k] = v if v > 0 else np.float32(0.1 * np.float64(v))    # as activate_row
-    elif a == LINEAR:
+    elif a == LINEAR or a == LINEAR | FAST:
         for k in range(row.size):
             dst[k] = row[k] + bias
     else:
@@ -75,7 +96,7 @@ def batchnorm_bias_activate(x, mean, divisor, scales, biases, batch, filters, sp
         bias = biases[f]
         for lo in range(0, spatial, CHUNK):   # chunks stay in cache between the two sweeps
             row = x[base + lo:base + min(spatial, lo + CHUNK)]    # slices vectorise
-            if a == LEAKY or a == LINEAR:           # one sweep instead of two
+            if a == LEAKY or a == LINEAR or a & FAST:     # one sweep instead of two
                 normalize_activate_store_row(row, row, m, d, s, bias, a)
             else:
                 normalize_scale_bias_row(row, m, d, s, bias)
@@ -89,7 +110,7 @@ def bias_activate(x, biases, batch, filters, spatial, a):
         bias = biases[bf % filters]
         for lo in range(0, spatial, CHUNK):
             row = x[base + lo:base + min(spatial, lo + CHUNK)]
-            if a == LEAKY or a == LINEAR:           # one sweep instead of two
+            if a == LEAKY or a == LINEAR or a & FAST:     # one sweep instead of two
                 add_bias_activate_store_row(row, row, bias, a)
             else:
                 add_bias_row(row, bias)

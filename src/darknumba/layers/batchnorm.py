@@ -10,11 +10,11 @@ with momentum, no decay) and add the delta; compat="darknet-cpu" copies it and s
 """
 import numpy as np
 
-from ..kernels.activations import ACTIVATIONS
+from ..kernels.activations import ACTIVATIONS, LEAKY, LINEAR
 from ..kernels.blas import axpy_cpu, copy_cpu, mean_cpu, scal_cpu, sgd_update_cpu, variance_cpu
 from ..kernels.fused import (batchnorm_backward, batchnorm_backward_delta, batchnorm_backward_sums,
                              batchnorm_bias_activate, batchnorm_train_epilogue, bn_divisors,
-                             mean_variance_cpu)
+                             mean_variance_cpu, FAST)
 from .activate import activate_output, epilogue_activation
 from .base import DEFAULT_QUIRKS, Layer, alloc_batchnorm, pass_delta, require_image_input
 from .memory import zeros
@@ -52,9 +52,39 @@ def forward_batchnorm(l, net, stats_done=False):
         batchnorm_train_epilogue(l.output, l.x, l.mean, bn_divisor(l, l.variance), l.scales,
                                  l.biases, l.batch, n, spatial, act)
     else:
-        batchnorm_bias_activate(l.output, l.rolling_mean, bn_divisor(l, l.rolling_variance),
-                                l.scales, l.biases, l.batch, n, spatial, act)
+        code = fast_epilogue(l, net, act)
+        batchnorm_bias_activate(l.output, l.rolling_mean, bn_test_divisor(l, code), l.scales,
+                                l.biases, l.batch, n, spatial, code)
     activate_output(l, net.train, act)
+
+
+# the fast inference epilogue where allowed (tests of other paths' exactness turn it off)
+FAST_EPILOGUES = True
+
+
+def fast_epilogue(l, net, act) -> int:
+    """The activation code of layer l's inference epilogue: with FAST (kernels/fused.py: the
+    batch norm as one multiply-add, leaky in float32) for leaky and linear when the network
+    is not asked to be exact (net.exact: `--exact`, DARKNUMBA_EXACT=1) nor under compat=;
+    else `act`, Darknet's sequence of operations."""
+    if (not FAST_EPILOGUES or net.train or getattr(net, "exact", False)
+            or l.quirks.compat is not None or act not in (LEAKY, LINEAR)):
+        return act
+    return act | FAST
+
+
+def bn_test_divisor(l, code):
+    """What a test-mode epilogue of activation code `code` divides by: bn_divisor of the
+    rolling variance, or with FAST the factor scales / that divisor (in l.bn_factor, made once
+    per layer) it multiplies by."""
+    d = bn_divisor(l, l.rolling_variance)
+    if not code & FAST:
+        return d
+    f = getattr(l, "bn_factor", None)
+    if f is None or f.shape != d.shape:
+        f = l.bn_factor = np.empty_like(d)
+    np.divide(l.scales[:d.size], d, out=f)
+    return f
 
 
 def update_rolling_stats(l, mean, variance):

@@ -28,7 +28,8 @@ from ..kernels.gemm import add_transposed, gemm
 from ..kernels.im2col import col2im_batch_cpu, im2col_batch_cpu
 from .antialias import Antialiased
 from .base import DEFAULT_QUIRKS, Layer, alloc_params, require_image_input, scratch_of, update_params
-from .batchnorm import backward_batchnorm, bn_divisor, forward_batchnorm, one_sweep_batch_stats
+from .batchnorm import (backward_batchnorm, bn_test_divisor, fast_epilogue, forward_batchnorm,
+                        one_sweep_batch_stats)
 from .activate import activate_output, epilogue_activation, get_activation, gradient_output
 from .conv_ab import check_ext_sizes, col2im_layer, im2col_layer, read_ab_keys, share_parameters
 from .conv_plan import WINOGRAD_PATHS, ConvPath, batched, direct_1x1, direct_thin, plan
@@ -193,7 +194,8 @@ class ConvolutionalLayer(Layer):
             forward_batchnorm(self, net)
         else:
             act = epilogue_activation(self, net.train)
-            bias_activate(self.output, self.biases, self.batch, self.n, n, act)
+            bias_activate(self.output, self.biases, self.batch, self.n, n,
+                          fast_epilogue(self, net, act))
             activate_output(self, net.train, act)
 
     def _forward_direct(self, net):
@@ -203,13 +205,14 @@ class ConvolutionalLayer(Layer):
         args = (net.input, self.batch, self.c, self.h, self.w, self.weights, self.n, self.pad,
                 self.output)
         act = epilogue_activation(self, net.train)
+        code = fast_epilogue(self, net, act)
         if not self.batch_normalize:
-            conv3x3_direct(*args, biases=self.biases, act=act)
+            conv3x3_direct(*args, biases=self.biases, act=code)
             activate_output(self, net.train, act)
         elif not net.train:
             conv3x3_direct(*args, bn_mean=self.rolling_mean,
-                           bn_divisor=bn_divisor(self, self.rolling_variance), scales=self.scales,
-                           biases=self.biases, act=act)
+                           bn_divisor=bn_test_divisor(self, code), scales=self.scales,
+                           biases=self.biases, act=code)
             activate_output(self, net.train, act)
         else:
             stats = one_sweep_batch_stats(self)
@@ -221,10 +224,11 @@ class ConvolutionalLayer(Layer):
         """Thin 3x3 stride-2 convolution at inference, its biases or batch norm and activation
         fused into its rows."""
         act = epilogue_activation(self, net.train)
-        bn = dict(bn_mean=self.rolling_mean, bn_divisor=bn_divisor(self, self.rolling_variance),
+        code = fast_epilogue(self, net, act)
+        bn = dict(bn_mean=self.rolling_mean, bn_divisor=bn_test_divisor(self, code),
                   scales=self.scales) if self.batch_normalize else {}
         conv3x3s2_direct(net.input, self.batch, self.c, self.h, self.w, self.weights, self.n,
-                         self.pad, self.output, biases=self.biases, act=act, **bn)
+                         self.pad, self.output, biases=self.biases, act=code, **bn)
         activate_output(self, net.train, act)
 
     def _forward_gemms_per_image(self, net, m, k, n, cg):
