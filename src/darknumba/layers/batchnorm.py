@@ -12,9 +12,9 @@ import numpy as np
 
 from ..kernels.activations import ACTIVATIONS, LEAKY, LINEAR
 from ..kernels.blas import axpy_cpu, copy_cpu, mean_cpu, scal_cpu, sgd_update_cpu, variance_cpu
-from ..kernels.fused import (batchnorm_backward, batchnorm_backward_delta, batchnorm_backward_sums,
-                             batchnorm_bias_activate, batchnorm_train_epilogue, bn_divisors,
-                             mean_variance_cpu, FAST)
+from ..kernels.fused import (FAST, batchnorm_backward, batchnorm_backward_delta,
+                             batchnorm_backward_sums, batchnorm_bias_activate,
+                             batchnorm_train_epilogue, bn_divisors, mean_variance_cpu)
 from .activate import activate_output, epilogue_activation
 from .base import DEFAULT_QUIRKS, Layer, alloc_batchnorm, pass_delta, require_image_input
 from .memory import zeros
@@ -75,8 +75,8 @@ def fast_epilogue(l, net, act) -> int:
 
 def bn_test_divisor(l, code):
     """What a test-mode epilogue of activation code `code` divides by: bn_divisor of the
-    rolling variance, or with FAST the factor scales / that divisor (in l.bn_factor, made once
-    per layer) it multiplies by."""
+    rolling variance, or with FAST the factor scales / that divisor it multiplies by (computed
+    at each forward, as the statistics may have changed, into l.bn_factor, allocated once)."""
     d = bn_divisor(l, l.rolling_variance)
     if not code & FAST:
         return d

@@ -125,8 +125,9 @@ PIPELINE_MIN_TILES = 128
 # yolov3-tiny's and yolov3's layers of 256-1024 channels; at 19x19 (25 tiles, yolov3 at 608)
 # 1.07-1.11x, from 26x26 on 1.05-1.12x
 WINOGRAD_F2_BELOW = 25
-# ... but on CPUs with full-width AVX-512 (wide_vectors), whose GEMMs run twice as many multiply-adds a
-# cycle while the transforms stay bound by memory, those small maps take im2col + GEMM: on a
+# ... but on CPUs with full-width AVX-512 (wide_vectors), whose GEMMs run twice as many
+# multiply-adds a cycle while the transforms stay bound by memory, those small maps take
+# im2col + GEMM: on a
 # 2-core Xeon (2026-12-04, 2 threads, medians of 40) F(2x2) took 1.08-1.2x im2col's time on
 # yolov3-tiny's and yolov4-tiny's 13x13 layers, the whole yolov3-tiny forward 0.97x without
 # it (4 interleaved runs), yolov4-tiny 0.99x (on the EPYC, AVX2, F(2x2) took 0.81-0.93x)
@@ -207,8 +208,9 @@ def direct_thin(l) -> bool:
 
 
 def direct_strided(l) -> bool:
-    """A thin 3x3 stride-2 convolution computed directly at inference (DIRECT_MAX_K): the same
-    sums as the GEMM path up to float32 rounding of their order."""
+    """A thin 3x3 stride-2 convolution computed directly at inference (DIRECT_MAX_K with
+    full-width AVX-512, else DIRECT_S2_MAX_K_NARROW): the same sums as the GEMM path up to
+    float32 rounding of their order."""
     max_k = DIRECT_MAX_K if wide_vectors() else DIRECT_S2_MAX_K_NARROW
     return (l.size == 3 and l.stride == 2 and l.groups == 1 and l.pad <= 2 and not l.ext
             and l.c * 9 <= max_k)

@@ -15,7 +15,7 @@ program that imports darknumba keeps numba as it is.
 from __future__ import annotations
 
 # numba versions whose loading this was checked against, and numba's version as a pair
-from ..kernels.cache_stamp import TESTED, _version  # noqa: E402,F401 -- shared with cache_heal
+from ..kernels.cache_stamp import TESTED, _version  # noqa: F401 -- cache_heal imports them here
 
 
 def skip_refresh_on_cache_loads() -> bool:
